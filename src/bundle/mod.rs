@@ -1,0 +1,1 @@
+//! The model bundle container.

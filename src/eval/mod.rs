@@ -1,0 +1,1 @@
+//! Ranking metrics for multi-label predictions.

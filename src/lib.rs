@@ -1,0 +1,21 @@
+//! xmc: extreme multi-label classification, from training to a sub-millisecond request path.
+//!
+//! Given one sparse feature vector, xmc picks the few right labels out of a universe of up to
+//! millions. The crate is organised by stage, and each stage owns both how it trains and how it
+//! applies at query time:
+//!
+//! - [`data`]: the Extreme Classification Repository text format, sparse matrices, the
+//!   [`data::FeatureId`] and [`data::LabelId`] newtypes, and a seeded synthetic generator.
+//! - [`eval`]: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, coverage@k and expected depth@k, one
+//!   implementation for every caller.
+//! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
+//! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
+//!   It is the only module allowed `unsafe`.
+//!
+//! The binary `xmc` (in `main.rs` and [`cli`]) parses arguments and calls into these modules.
+
+pub mod bundle;
+pub mod cli;
+pub mod data;
+pub mod eval;
+pub mod linear;

@@ -1,0 +1,1 @@
+//! Sparse one-vs-all linear classifiers.
