@@ -1,1 +1,105 @@
-//! The model bundle container.
+//! The model bundle: one immutable, memory-mapped, checksummed file that holds a whole model.
+//!
+//! A bundle is a container of named, typed arrays ("sections"). It knows nothing about trees,
+//! labels or features: each stage stores its arrays as sections and builds its own validated view
+//! on top. The container's job is to make those arrays usable straight from a memory map, in
+//! constant time, with every structural check done once at open and every failure an error, never
+//! a panic.
+//!
+//! - [`BundleWriter`] collects sections and writes them deterministically and atomically.
+//! - [`Bundle`] maps a file (or copies bytes into an aligned buffer), validates its structure in
+//!   O(number of sections), and hands out [`Section`]s: zero-copy `&[u32]`/`&[u64]`/`&[f32]`/
+//!   `&[u8]` views that hold an `Arc` of the bytes and so outlive the `Bundle`.
+//! - [`FormatError`] says what is wrong and where.
+//!
+//! # Byte layout, format version 1
+//!
+//! All integers are little-endian. Offsets are absolute file offsets.
+//!
+//! | offset | size | field |
+//! | --- | --- | --- |
+//! | **header** | | |
+//! | 0 | 8 | magic `58 4d 43 42 00 0d 0a 1a` (`b"XMCB\0\r\n\x1a"`) |
+//! | 8 | 4 | endianness mark `0x01020304` (bytes `04 03 02 01`) |
+//! | 12 | 4 | format version, `1` |
+//! | 16 | 4 | section count `n` |
+//! | 20 | 4 | flags, `0` |
+//! | 24 | 8 | file length in bytes |
+//! | 32 | 24 | reserved, zero |
+//! | 56 | 4 | CRC32 of the section table (bytes `64..64+64n`) |
+//! | 60 | 4 | CRC32 of header bytes `0..60` |
+//! | **section table**, `n` entries of 64 bytes from offset 64; entry `i` at `64 + 64i` | | |
+//! | +0 | 32 | name: 1 to 32 printable ASCII bytes (`0x21..=0x7e`), NUL-padded; unique |
+//! | +32 | 4 | dtype tag: 1 `bytes`, 2 `u32`, 3 `u64`, 4 `f32`, 5 `json` (UTF-8) |
+//! | +36 | 4 | CRC32 of the section's bytes (padding excluded) |
+//! | +40 | 8 | offset of the section: a multiple of 64, at or after `align64(64 + 64n)` |
+//! | +48 | 8 | length in bytes: a multiple of the element size (4 for `u32`/`f32`, 8 for `u64`) |
+//! | +56 | 8 | reserved, zero |
+//! | **sections**, from `align64(64 + 64n)` | | |
+//! | | | each section's bytes, followed by zero padding to the next multiple of 64 |
+//! | **footer**, the last 16 bytes | | |
+//! | len-16 | 4 | CRC32 of header and table (bytes `0..64+64n`) |
+//! | len-12 | 4 | reserved, zero |
+//! | len-8 | 8 | footer magic `1a 0a 0d 00 42 43 4d 58` (the header magic reversed) |
+//!
+//! CRC32 is the IEEE polynomial (`crc32fast`). The writer places sections in the order they were
+//! added, each at the first 64-byte boundary after the previous one, and the footer at the first
+//! boundary after the last; the reader accepts any placement that is aligned, inside the data area
+//! and free of overlaps, with zero bytes in every gap.
+//!
+//! # Versions
+//!
+//! This build writes version [`FORMAT_VERSION`] and reads versions [`MIN_READ_VERSION`] to
+//! [`MAX_READ_VERSION`]. A golden file for each version lives in `tests/data/golden/`, so a change
+//! that breaks old files fails the tests.
+//!
+//! # What is checked when
+//!
+//! [`Bundle::open`] checks, in O(n): size, magic, endianness mark, version, header CRC, reserved
+//! fields, recorded length, that the table fits, table CRC, footer magic and CRC, then for every
+//! entry its name, dtype, bounds, alignment and length, and that names are unique and sections do
+//! not overlap. [`Bundle::verify_checksums`] then checks, in O(file size), every section CRC and
+//! that all padding is zero.
+//!
+//! # Why `unsafe` is allowed here
+//!
+//! This is the one module allowed `unsafe`, for exactly one call: creating the memory map. All
+//! section access goes through `bytemuck` and is safe code.
+
+#![allow(unsafe_code)]
+
+mod error;
+mod format;
+mod reader;
+mod section;
+mod writer;
+
+pub use error::FormatError;
+pub use format::{
+    ALIGN, Dtype, FORMAT_VERSION, MAGIC, MAX_NAME_LEN, MAX_READ_VERSION, MIN_READ_VERSION,
+};
+pub use reader::{Bundle, OpenOptions, SectionInfo};
+pub use section::Section;
+pub use writer::BundleWriter;
+
+/// Maps `file` read-only.
+fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: `Mmap::map` is unsafe because the mapped bytes change (and safe code reading them
+    // would see torn values) if the file is modified in place while mapped. xmc never modifies a
+    // bundle in place: bundles are immutable once written, and `BundleWriter::write_atomic`
+    // replaces a bundle by renaming a new file over the path, which leaves the mapped inode
+    // untouched. The map is read-only and lives inside an `Arc`, so no slice taken from it
+    // outlives it. Truncating a mapped bundle from outside xmc would break this and is unsupported.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+/// Tells the kernel the whole map will be read soon, where the platform supports it.
+fn advise_will_need(map: &memmap2::Mmap) {
+    #[cfg(unix)]
+    {
+        // Advice is only a hint; if the kernel refuses it, touching the pages still prefaults.
+        let _ = map.advise(memmap2::Advice::WillNeed);
+    }
+    #[cfg(not(unix))]
+    let _ = map;
+}

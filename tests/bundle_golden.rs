@@ -1,0 +1,119 @@
+//! Golden container files, one per format version, pin the byte layout.
+//!
+//! `container-v1.xmcb` was written by the version-1 writer. Reading it must keep working for as
+//! long as this xmc claims to read version 1. While version 1 is also the version written, the
+//! writer must reproduce it byte for byte; once the format moves on, keep the read test and retire
+//! only the byte comparison. To regenerate after a deliberate change to version 1 (which breaks
+//! every deployed model, so think twice), run with `XMC_BLESS_GOLDEN=1`.
+
+// Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use xmc::bundle::{Bundle, BundleWriter, Dtype, FORMAT_VERSION, OpenOptions};
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Meta {
+    name: String,
+    lambda: f64,
+    labels: Vec<String>,
+    stats: BTreeMap<String, u64>,
+}
+
+fn golden_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/container-v1.xmcb")
+}
+
+fn meta() -> Meta {
+    Meta {
+        name: "golden".into(),
+        lambda: 0.5,
+        labels: vec!["cat".into(), "dog".into(), "ému".into()],
+        stats: BTreeMap::from([("n".into(), 3), ("d".into(), 1 << 33)]),
+    }
+}
+
+const IDS: [u32; 7] = [0, 1, 2, 3, 0xdead_beef, u32::MAX, 42];
+const WIDE: [u64; 3] = [0, u64::MAX, 0x0102_0304_0506_0708];
+const WEIGHTS: [f32; 5] = [0.0, -1.5, 3.25, f32::MAX, f32::MIN_POSITIVE];
+const RAW: &[u8] = b"\x00\x01binary\xff";
+
+fn golden_bytes() -> Vec<u8> {
+    let mut w = BundleWriter::new();
+    w.add_json("meta", &meta()).unwrap();
+    w.add_u32("tree.0.ids", &IDS).unwrap();
+    w.add_u32("empty", &[]).unwrap();
+    w.add_u64("wide", &WIDE).unwrap();
+    w.add_f32("tree.0.weights", &WEIGHTS).unwrap();
+    w.add_bytes("raw", RAW).unwrap();
+    w.to_bytes().unwrap()
+}
+
+#[test]
+fn golden_v1_opens_with_exact_contents() {
+    if std::env::var_os("XMC_BLESS_GOLDEN").is_some() {
+        std::fs::write(golden_path(), golden_bytes()).unwrap();
+    }
+    let options = OpenOptions {
+        verify_checksums: true,
+        prefault: false,
+    };
+    let bundle = Bundle::open(golden_path(), &options).unwrap();
+    assert_eq!(bundle.format_version(), 1);
+    assert!(bundle.file_len() < 4096);
+    let listing: Vec<(&str, Dtype, u64, u64)> = bundle
+        .sections()
+        .iter()
+        .map(|s| (s.name.as_str(), s.dtype, s.offset, s.byte_len))
+        .collect();
+    assert_eq!(
+        listing,
+        vec![
+            ("meta", Dtype::Json, 448, 91),
+            ("tree.0.ids", Dtype::U32, 576, 28),
+            ("empty", Dtype::U32, 640, 0),
+            ("wide", Dtype::U64, 640, 24),
+            ("tree.0.weights", Dtype::F32, 704, 20),
+            ("raw", Dtype::Bytes, 768, 9),
+        ]
+    );
+    assert_eq!(bundle.file_len(), 848);
+    assert_eq!(bundle.json::<Meta>("meta").unwrap(), meta());
+    assert_eq!(&*bundle.u32s("tree.0.ids").unwrap(), &IDS);
+    assert!(bundle.u32s("empty").unwrap().is_empty());
+    assert_eq!(&*bundle.u64s("wide").unwrap(), &WIDE);
+    let weights: Vec<u32> = bundle
+        .f32s("tree.0.weights")
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    assert_eq!(weights, WEIGHTS.map(f32::to_bits));
+    assert_eq!(&*bundle.bytes("raw").unwrap(), RAW);
+}
+
+#[test]
+fn golden_v1_header_bytes_are_as_documented() {
+    let bytes = std::fs::read(golden_path()).unwrap();
+    assert_eq!(&bytes[0..8], b"XMCB\0\r\n\x1a");
+    assert_eq!(&bytes[8..12], &[4, 3, 2, 1]);
+    assert_eq!(&bytes[12..16], &1u32.to_le_bytes());
+    assert_eq!(&bytes[16..20], &6u32.to_le_bytes());
+    assert_eq!(&bytes[24..32], &(bytes.len() as u64).to_le_bytes());
+    assert_eq!(&bytes[bytes.len() - 8..], b"\x1a\n\r\0BCMX");
+}
+
+#[test]
+fn current_writer_reproduces_golden_v1() {
+    if FORMAT_VERSION != 1 {
+        return;
+    }
+    let on_disk = std::fs::read(golden_path()).unwrap();
+    assert!(
+        on_disk == golden_bytes(),
+        "the v1 writer no longer reproduces container-v1.xmcb"
+    );
+}

@@ -1,0 +1,173 @@
+//! Whatever goes into a bundle comes back out unchanged, zero-copy, and the bytes are
+//! deterministic.
+
+// Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use xmc::bundle::{Bundle, BundleWriter, Dtype, OpenOptions, Section};
+
+/// One section's content, of any dtype.
+#[derive(Clone, Debug)]
+enum Content {
+    Bytes(Vec<u8>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    F32(Vec<f32>),
+    Json(BTreeMap<String, i64>),
+}
+
+fn content() -> impl Strategy<Value = Content> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..300).prop_map(Content::Bytes),
+        prop::collection::vec(any::<u32>(), 0..100).prop_map(Content::U32),
+        prop::collection::vec(any::<u64>(), 0..50).prop_map(Content::U64),
+        prop::collection::vec(any::<f32>(), 0..100).prop_map(Content::F32),
+        prop::collection::btree_map("[a-z]{1,6}", any::<i64>(), 0..5).prop_map(Content::Json),
+    ]
+}
+
+fn sections() -> impl Strategy<Value = BTreeMap<String, Content>> {
+    prop::collection::btree_map("[!-~]{1,32}", content(), 0..8)
+}
+
+fn write(sections: &BTreeMap<String, Content>) -> Vec<u8> {
+    let mut w = BundleWriter::new();
+    for (name, c) in sections {
+        match c {
+            Content::Bytes(v) => w.add_bytes(name, v),
+            Content::U32(v) => w.add_u32(name, v),
+            Content::U64(v) => w.add_u64(name, v),
+            Content::F32(v) => w.add_f32(name, v),
+            Content::Json(v) => w.add_json(name, v),
+        }
+        .unwrap();
+    }
+    w.to_bytes().unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn check_contents(bundle: &Bundle, sections: &BTreeMap<String, Content>) {
+    let names: Vec<&str> = bundle.section_names().collect();
+    let expected: Vec<&str> = sections.keys().map(String::as_str).collect();
+    assert_eq!(names, expected);
+    for (name, c) in sections {
+        match c {
+            Content::Bytes(v) => assert_eq!(&*bundle.bytes(name).unwrap(), &v[..]),
+            Content::U32(v) => assert_eq!(&*bundle.u32s(name).unwrap(), &v[..]),
+            Content::U64(v) => assert_eq!(&*bundle.u64s(name).unwrap(), &v[..]),
+            Content::F32(v) => assert_eq!(bits(&bundle.f32s(name).unwrap()), bits(v)),
+            Content::Json(v) => {
+                assert_eq!(&bundle.json::<BTreeMap<String, i64>>(name).unwrap(), v)
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_sections_round_trip(sections in sections()) {
+        let bytes = write(&sections);
+        prop_assert_eq!(bytes.len() % 64, 16);
+        let bundle = Bundle::from_bytes(&bytes).unwrap();
+        bundle.verify_checksums().unwrap();
+        prop_assert_eq!(bundle.file_len(), bytes.len() as u64);
+        check_contents(&bundle, &sections);
+        for info in bundle.sections() {
+            prop_assert_eq!(info.offset % 64, 0);
+        }
+        prop_assert_eq!(write(&sections), bytes);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        if let Ok(bundle) = Bundle::from_bytes(&bytes) {
+            let _ = bundle.verify_checksums();
+        }
+    }
+}
+
+#[test]
+fn same_sections_give_same_bytes() {
+    let ids: Vec<u32> = (0..1000).rev().collect();
+    let make = || {
+        let mut w = BundleWriter::new();
+        w.add_u32("ids", &ids).unwrap();
+        w.add_json("meta", &BTreeMap::from([("b", 2), ("a", 1)]))
+            .unwrap();
+        w.to_bytes().unwrap()
+    };
+    assert_eq!(make(), make());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.xmcb");
+    let mut w = BundleWriter::new();
+    w.add_u32("ids", &ids).unwrap();
+    w.add_json("meta", &BTreeMap::from([("a", 1), ("b", 2)]))
+        .unwrap();
+    w.write_atomic(&path).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), make());
+}
+
+#[test]
+fn mapped_sections_outlive_the_bundle_and_are_aligned() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.xmcb");
+    let weights: Vec<f32> = (0..1000).map(|i| i as f32 / 7.0).collect();
+    let mut w = BundleWriter::new();
+    w.add_bytes("odd", b"abc")
+        .unwrap()
+        .add_f32("weights", &weights)
+        .unwrap();
+    w.write_atomic(&path).unwrap();
+
+    let options = OpenOptions {
+        verify_checksums: true,
+        prefault: true,
+    };
+    let bundle = Bundle::open(&path, &options).unwrap();
+    let section: Section<f32> = bundle.f32s("weights").unwrap();
+    drop(bundle);
+    assert_eq!(bits(&section), bits(&weights));
+    assert_eq!(section.as_ptr() as usize % 64, 0);
+    let shared = section.clone();
+    let sum = std::thread::spawn(move || shared.iter().sum::<f32>())
+        .join()
+        .unwrap();
+    assert_eq!(sum, weights.iter().sum::<f32>());
+}
+
+#[test]
+fn section_info_reports_sizes_for_inspect() {
+    let mut w = BundleWriter::new();
+    w.add_u64("counts", &[1, 2, 3]).unwrap();
+    let bundle = Bundle::from_bytes(&w.to_bytes().unwrap()).unwrap();
+    let info = bundle.section("counts").unwrap();
+    assert_eq!(
+        (info.dtype, info.byte_len, info.elem_count()),
+        (Dtype::U64, 24, 3)
+    );
+    assert_eq!(bundle.format_version(), 1);
+    assert_eq!(bundle.file_len(), 64 + 64 + 64 + 16);
+}
+
+#[test]
+fn empty_bundle_and_empty_sections_round_trip() {
+    let bytes = BundleWriter::new().to_bytes().unwrap();
+    assert_eq!(bytes.len(), 80);
+    assert_eq!(Bundle::from_bytes(&bytes).unwrap().sections().len(), 0);
+    let mut w = BundleWriter::new();
+    w.add_u32("none", &[])
+        .unwrap()
+        .add_f32("also_none", &[])
+        .unwrap();
+    let bundle = Bundle::from_bytes(&w.to_bytes().unwrap()).unwrap();
+    bundle.verify_checksums().unwrap();
+    assert!(bundle.u32s("none").unwrap().is_empty());
+}
