@@ -16,6 +16,8 @@
 
 pub mod bundle;
 pub mod cli;
+pub mod cluster;
 pub mod data;
 pub mod eval;
 pub mod linear;
+pub mod tree;

@@ -1,0 +1,184 @@
+//! Balanced spherical clustering of sparse vectors, the one split used by every tree in xmc.
+//!
+//! Both the label tree (over PIFA label embeddings) and DEFRAG (over feature representatives) are
+//! built by cutting a set of sparse, unit-norm vectors into a few parts of near-equal size and then
+//! recursing. This module holds that cut. The input is a CSR [`SparseMatrix`] and the subset of its
+//! rows to cluster, so a caller never copies its vectors; centroids are dense but live only while one
+//! split runs (see [`subset`] for how their size is kept to the columns the subset actually uses).
+//!
+//! [`partition`] cuts the rows into `n_parts` parts. Two parts come from balanced spherical 2-means
+//! as in Parabel ([`bisect`]): two distinct random rows seed the centroids, rows are ranked by the
+//! difference of their cosine similarities to the two centroids, the top of the ranking goes to the
+//! first part, centroids are recomputed, and this repeats until the mean similarity improves by less
+//! than a tolerance. More than two parts come from *recursive* balanced bisection: the rows are cut
+//! in proportion to how many parts each side must still yield, so all parts end up with sizes that
+//! differ by at most one. How a ranking becomes an assignment is the pluggable [`SplitStrategy`].
+//!
+//! Everything is seeded and deterministic: the only parallel step computes per-row similarities into
+//! an ordered vector, and every sum runs in a fixed order, so the result does not depend on the
+//! number of threads.
+
+mod bisect;
+mod strategy;
+mod subset;
+
+pub use strategy::SplitStrategy;
+
+use crate::data::SparseMatrix;
+
+/// Why a clustering request was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClusterError {
+    /// Fewer than one part was asked for.
+    #[error("cannot cut rows into {n_parts} parts: need at least 1")]
+    NoParts {
+        /// The number of parts asked for.
+        n_parts: usize,
+    },
+    /// There are fewer rows than parts, so some part would be empty.
+    #[error("cannot cut {n_rows} rows into {n_parts} non-empty parts")]
+    TooFewRows {
+        /// The number of rows given.
+        n_rows: usize,
+        /// The number of parts asked for.
+        n_parts: usize,
+    },
+    /// A row index is not a row of the matrix.
+    #[error("row {row} is out of range for a matrix with {n_rows} rows")]
+    RowOutOfRange {
+        /// The offending row index.
+        row: u32,
+        /// The number of rows of the matrix.
+        n_rows: usize,
+    },
+    /// A parameter is outside its valid range.
+    #[error("invalid clustering parameter `{name}`: {reason}")]
+    InvalidParam {
+        /// The parameter's name.
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The knobs of one balanced split.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClusterParams {
+    /// The most centroid/assignment rounds per bisection (at least 1).
+    pub max_iter: usize,
+    /// Stop once the mean similarity to the assigned centroid improves by less than this.
+    pub tol: f32,
+    /// How a ranking of rows becomes an assignment to parts.
+    pub strategy: SplitStrategy,
+}
+
+impl ClusterParams {
+    /// Parabel's defaults: up to 20 rounds, tolerance 1e-4, balanced assignment.
+    pub const DEFAULT: ClusterParams = ClusterParams {
+        max_iter: 20,
+        tol: 1e-4,
+        strategy: SplitStrategy::Balanced,
+    };
+
+    /// Checks every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), ClusterError> {
+        if self.max_iter == 0 {
+            return Err(ClusterError::InvalidParam {
+                name: "max_iter",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if !self.tol.is_finite() || self.tol < 0.0 {
+            return Err(ClusterError::InvalidParam {
+                name: "tol",
+                reason: format!("must be finite and non-negative, got {}", self.tol),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for ClusterParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Cuts `rows` (row indices of `vectors`) into `n_parts` parts of balanced size.
+///
+/// The rows should be unit-norm (cosine similarity is computed as a dot product); all-zero rows are
+/// allowed and simply tie. Each part lists its rows in the order they appear in `rows`. Part sizes
+/// differ by at most one, and the first parts are the larger ones. The result depends only on the
+/// inputs and `seed`, never on the number of threads.
+pub fn partition(
+    vectors: &SparseMatrix,
+    rows: &[u32],
+    n_parts: usize,
+    params: &ClusterParams,
+    seed: u64,
+) -> Result<Vec<Vec<u32>>, ClusterError> {
+    params.validate()?;
+    if n_parts == 0 {
+        return Err(ClusterError::NoParts { n_parts });
+    }
+    if rows.len() < n_parts {
+        return Err(ClusterError::TooFewRows {
+            n_rows: rows.len(),
+            n_parts,
+        });
+    }
+    if let Some(&row) = rows.iter().find(|&&r| r as usize >= vectors.rows()) {
+        return Err(ClusterError::RowOutOfRange {
+            row,
+            n_rows: vectors.rows(),
+        });
+    }
+    let mut parts = Vec::with_capacity(n_parts);
+    split_recursive(vectors, rows.to_vec(), n_parts, params, seed, &mut parts);
+    Ok(parts)
+}
+
+/// Appends to `out` the `n_parts` parts of `rows`, by balanced bisection in proportion to the
+/// number of parts each side must yield. Callers guarantee `rows.len() >= n_parts >= 1`.
+fn split_recursive(
+    vectors: &SparseMatrix,
+    rows: Vec<u32>,
+    n_parts: usize,
+    params: &ClusterParams,
+    seed: u64,
+    out: &mut Vec<Vec<u32>>,
+) {
+    if n_parts <= 1 {
+        out.push(rows);
+        return;
+    }
+    let left_parts = n_parts - n_parts / 2;
+    let (q, r) = (rows.len() / n_parts, rows.len() % n_parts);
+    let left_len = left_parts * q + r.min(left_parts);
+    let (left, right) = bisect::bisect(vectors, &rows, left_len, params, seed);
+    split_recursive(vectors, left, left_parts, params, derive_seed(seed, 0), out);
+    split_recursive(
+        vectors,
+        right,
+        n_parts - left_parts,
+        params,
+        derive_seed(seed, 1),
+        out,
+    );
+}
+
+/// Derives the seed of child `index` from its parent's seed.
+///
+/// Trees seed each node from the path that leads to it, so a node's randomness does not depend on
+/// which thread builds it or in which order nodes are visited.
+pub fn derive_seed(seed: u64, index: u64) -> u64 {
+    splitmix64(seed ^ splitmix64(index.wrapping_add(0x9E37_79B9_7F4A_7C15)))
+}
+
+/// One step of the SplitMix64 generator, a strong 64-bit mixing function.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
