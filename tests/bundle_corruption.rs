@@ -403,3 +403,25 @@ fn wrong_dtype_access_is_an_error() {
         Err(FormatError::Json { .. })
     ));
 }
+
+#[test]
+fn open_with_verify_catches_a_flipped_section_byte_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flipped.xmcb");
+    let mut b = sample();
+    let at = Bundle::from_bytes(&b)
+        .unwrap()
+        .section("weights")
+        .unwrap()
+        .offset as usize
+        + 5;
+    b[at] ^= 0x80;
+    std::fs::write(&path, &b).unwrap();
+    Bundle::open(&path, &OpenOptions::default()).expect("structure is intact");
+    let verify = OpenOptions {
+        verify_checksums: true,
+        prefault: false,
+    };
+    let err = Bundle::open(&path, &verify).unwrap_err();
+    assert!(matches!(&err, FormatError::SectionChecksum { name, .. } if name == "weights"));
+}

@@ -114,12 +114,7 @@ impl Bundle {
     }
 
     fn from_backing(backing: Backing) -> Result<Bundle, FormatError> {
-        let (version, sections) = validate(backing.bytes())?;
-        let by_name = sections
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.name.clone(), i))
-            .collect::<HashMap<_, _>>();
+        let (version, sections, by_name) = validate(backing.bytes())?;
         Ok(Bundle {
             backing: Arc::new(backing),
             version,
@@ -261,9 +256,13 @@ impl Bundle {
     }
 }
 
+/// What [`validate`] finds: the format version, the sections in table order, and their index by
+/// name.
+type Validated = (u32, Vec<SectionInfo>, HashMap<String, usize>);
+
 /// Checks everything about `bytes` that does not need reading section contents, and returns the
-/// format version and the section table.
-fn validate(bytes: &[u8]) -> Result<(u32, Vec<SectionInfo>), FormatError> {
+/// format version, the section table and an index of it by name.
+fn validate(bytes: &[u8]) -> Result<Validated, FormatError> {
     if cfg!(target_endian = "big") {
         return Err(FormatError::BigEndianHost);
     }
@@ -304,7 +303,7 @@ fn validate(bytes: &[u8]) -> Result<(u32, Vec<SectionInfo>), FormatError> {
 
     let data_start = align_up(table_end).unwrap_or(u64::MAX);
     let mut sections = Vec::with_capacity(count as usize);
-    let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(count as usize);
+    let mut by_name = HashMap::with_capacity(count as usize);
     for (index, raw) in table.chunks_exact(ENTRY_LEN as usize).enumerate() {
         let Some(raw) = raw.first_chunk::<{ ENTRY_LEN as usize }>() else {
             continue;
@@ -317,7 +316,7 @@ fn validate(bytes: &[u8]) -> Result<(u32, Vec<SectionInfo>), FormatError> {
             .unwrap_or(MAX_NAME_LEN);
         let name_bytes = &name_field[..name_len];
         let info = check_entry(index, &entry, name_bytes, data_start, footer_start)?;
-        if let Some(first) = seen.insert(name_bytes, index) {
+        if let Some(first) = by_name.insert(info.name.clone(), index) {
             return Err(FormatError::DuplicateName {
                 name: info.name,
                 first,
@@ -327,7 +326,7 @@ fn validate(bytes: &[u8]) -> Result<(u32, Vec<SectionInfo>), FormatError> {
         sections.push(info);
     }
     check_overlaps(&sections)?;
-    Ok((header.version, sections))
+    Ok((header.version, sections, by_name))
 }
 
 fn check_header(
