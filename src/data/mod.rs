@@ -7,12 +7,16 @@ mod error;
 mod ids;
 mod input;
 pub mod names;
+pub mod stats;
+pub mod synth;
 pub mod write;
 pub mod xc;
 
 pub use error::{DataError, LineProblem};
 pub use ids::{FeatureId, LabelId};
 pub use names::read_names;
+pub use stats::DataStats;
+pub use synth::{SynthParams, generate, generate_split};
 pub use write::{l2_normalize_rows, write_xc, write_xc_file};
 pub use xc::{read_xc, read_xc_file};
 

@@ -106,6 +106,8 @@ fn read_decoded(mut reader: Box<dyn Read + '_>, name: &str) -> Result<Dataset, D
         source,
     };
     let mut buf: Vec<u8> = Vec::new();
+    // Whole lines of the previous block, parsed while the next block is read.
+    let mut pending: Vec<u8> = Vec::new();
     // Blocks start small and double, so a tiny input never pays for a full block buffer.
     let mut block = 1 << 16;
     let mut rows = Rows::default();
@@ -116,12 +118,36 @@ fn read_decoded(mut reader: Box<dyn Read + '_>, name: &str) -> Result<Dataset, D
     let mut first_block = true;
     let mut eof = false;
     let mut total_bytes = 0usize;
-    while !eof {
+    loop {
+        // Reading (and decompressing) the next block overlaps with parsing the pending one. The
+        // reader stays on this thread, so it need not be `Send`.
+        let mut parsed = Ok(next_line);
+        let mut filled = Ok(eof);
         let filled_from = buf.len();
-        eof = fill(reader.as_mut(), &mut buf, block).map_err(io)?;
-        block = (block * 2).min(BLOCK_BYTES);
-        total_bytes += buf.len() - filled_from;
-        // Parse up to the last newline; at end of input, parse everything.
+        rayon::in_place_scope(|s| {
+            if !pending.is_empty() {
+                s.spawn(|_| parsed = parse_block(&pending, limits, next_line, name, &mut rows));
+            }
+            if !eof {
+                filled = fill(reader.as_mut(), &mut buf, block);
+            }
+        });
+        next_line = parsed?;
+        pending.clear();
+        if !eof {
+            eof = filled.map_err(io)?;
+            block = (block * 2).min(BLOCK_BYTES);
+            total_bytes += buf.len() - filled_from;
+        }
+        if first_block && total_bytes == 0 && eof {
+            return Err(DataError::Empty {
+                file: name.to_owned(),
+            });
+        }
+        if eof && buf.is_empty() {
+            break;
+        }
+        // Hand over whole lines; at end of input, everything.
         let cut = if eof {
             buf.len()
         } else {
@@ -134,11 +160,6 @@ fn read_decoded(mut reader: Box<dyn Read + '_>, name: &str) -> Result<Dataset, D
         let mut text = &buf[..cut];
         if first_block {
             first_block = false;
-            if total_bytes == 0 {
-                return Err(DataError::Empty {
-                    file: name.to_owned(),
-                });
-            }
             let first_len = text
                 .iter()
                 .position(|&b| b == b'\n')
@@ -163,7 +184,7 @@ fn read_decoded(mut reader: Box<dyn Read + '_>, name: &str) -> Result<Dataset, D
                 None => {}
             }
         }
-        next_line = parse_block(text, limits, next_line, name, &mut rows)?;
+        pending.extend_from_slice(text);
         buf.drain(..cut);
     }
     assemble(rows, header, name)
