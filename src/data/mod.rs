@@ -3,9 +3,22 @@
 //! A [`Dataset`] is two CSR matrices with the same rows: `features` (n × d, `f32`) and `labels`
 //! (n × L, every stored value `1.0`). Rows are sorted by column and hold no duplicates.
 
+mod error;
 mod ids;
+mod input;
+pub mod names;
+pub mod stats;
+pub mod synth;
+pub mod write;
+pub mod xc;
 
+pub use error::{DataError, LineProblem};
 pub use ids::{FeatureId, LabelId};
+pub use names::read_names;
+pub use stats::DataStats;
+pub use synth::{SynthParams, generate, generate_split};
+pub use write::{l2_normalize_rows, write_xc, write_xc_file};
+pub use xc::{read_xc, read_xc_file};
 
 /// A CSR (or, where noted, CSC) matrix of `f32` with `u32` column indices and `usize` row pointers.
 pub type SparseMatrix = sprs::CsMatI<f32, u32, usize>;
