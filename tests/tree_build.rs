@@ -318,3 +318,47 @@ proptest! {
         check_points_per_node(&tree, &ds);
     }
 }
+
+#[test]
+fn bibtex_tree_groups_co_occurring_labels() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Bibtex/train.txt.gz");
+    let ds = xmc::data::read_xc_file(&path).expect("vendored Bibtex reads");
+    let emb = pifa_embeddings(&ds);
+    let p = params(2, 16, 0);
+    let tree = build_tree(&emb, &p).expect("valid params");
+    assert_well_formed(&tree, ds.n_labels(), &p);
+    let single = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("thread pool")
+        .install(|| build_tree(&emb, &p))
+        .expect("valid params");
+    assert_eq!(tree, single);
+
+    // Label pairs that co-occur on a point should share a leaf far more often than the
+    // (leaf size - 1) / (L - 1) ≈ 0.09 of a random balanced partition.
+    let leaf_of = tree.leaf_of_label();
+    let (mut together, mut pairs) = (0usize, 0usize);
+    for i in 0..ds.n_points() {
+        let labels = ds.label_row(i);
+        for (a, &la) in labels.iter().enumerate() {
+            for &lb in &labels[a + 1..] {
+                pairs += 1;
+                together += usize::from(leaf_of[la as usize] == leaf_of[lb as usize]);
+            }
+        }
+    }
+    let share = together as f64 / pairs as f64;
+    println!("co-occurring label pairs sharing a leaf: {share:.3} of {pairs}");
+    assert!(
+        share > 0.25,
+        "only {share:.3} of co-occurring pairs share a leaf"
+    );
+
+    let reached = tree.points_per_node(&ds);
+    assert_eq!(reached[0].len(), ds.n_points());
+    for leaf in tree.leaves() {
+        assert!(!reached[leaf].is_empty() || tree.labels_of(leaf).is_empty());
+    }
+}

@@ -1,6 +1,8 @@
 //! Spherical 2-means with a pluggable assignment step: the inner loop of every split.
 //!
 //! Centroids are dense over the subset's column space and unit-norm; similarities are dot products.
+//! The two centroids are stored interleaved (`[f32; 2]` per column), so each non-zero of a row
+//! touches one cache line for both.
 //! The loop alternates assignment (by [`SplitStrategy`](super::SplitStrategy)) and centroid refits
 //! until the mean similarity of rows to their assigned centroid stops improving by `tol`.
 
@@ -58,14 +60,14 @@ fn assign_by_2means(
     if second >= first {
         second += 1;
     }
-    let mut centroids = [vec![0.0f32; sub.dim()], vec![0.0f32; sub.dim()]];
-    for (centroid, k) in centroids.iter_mut().zip([first, second]) {
+    let mut centroids = vec![[0.0f32; 2]; sub.dim()];
+    for (side, k) in [first, second].into_iter().enumerate() {
         let (cols, vals) = sub.row(k);
         for (&c, &v) in cols.iter().zip(vals) {
-            centroid[c as usize] += v;
+            centroids[c as usize][side] += v;
         }
-        normalize(centroid);
     }
+    normalize_pair(&mut centroids);
 
     let mut left = Vec::new();
     let mut previous = f64::NEG_INFINITY;
@@ -93,40 +95,60 @@ fn assign_by_2means(
 }
 
 /// The dot products of one sparse row with both centroids.
-fn similarities((cols, vals): (&[u32], &[f32]), centroids: &[Vec<f32>; 2]) -> [f32; 2] {
+fn similarities((cols, vals): (&[u32], &[f32]), centroids: &[[f32; 2]]) -> [f32; 2] {
     let mut s = [0.0f32; 2];
     for (&c, &v) in cols.iter().zip(vals) {
-        s[0] += v * centroids[0][c as usize];
-        s[1] += v * centroids[1][c as usize];
+        let pair = centroids[c as usize];
+        s[0] += v * pair[0];
+        s[1] += v * pair[1];
     }
     s
 }
 
 /// Sets each centroid to the normalized sum of the rows assigned to it, summing in row order.
-fn refit(sub: &Subset<'_>, left: &[bool], centroids: &mut [Vec<f32>; 2]) {
-    for centroid in centroids.iter_mut() {
-        centroid.fill(0.0);
+/// The two sides are summed in parallel; each sum is sequential, so the result is deterministic.
+fn refit(sub: &Subset<'_>, left: &[bool], centroids: &mut [[f32; 2]]) {
+    let (first, second) = rayon::join(
+        || side_sum(sub, left, true, centroids.len()),
+        || side_sum(sub, left, false, centroids.len()),
+    );
+    for ((pair, a), b) in centroids.iter_mut().zip(first).zip(second) {
+        *pair = [a, b];
     }
-    for (k, &is_left) in left.iter().enumerate() {
-        let centroid = &mut centroids[usize::from(!is_left)];
-        let (cols, vals) = sub.row(k);
-        for (&c, &v) in cols.iter().zip(vals) {
-            centroid[c as usize] += v;
-        }
-    }
-    for centroid in centroids.iter_mut() {
-        normalize(centroid);
-    }
+    normalize_pair(centroids);
 }
 
-/// Scales `v` to unit L2 norm; a zero (or non-finite) vector is left as it is.
-fn normalize(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 && norm.is_finite() {
-        let inv = 1.0 / norm;
-        for x in v {
-            *x *= inv;
+/// The dense sum, in row order, of the rows whose `left` flag equals `side`.
+fn side_sum(sub: &Subset<'_>, left: &[bool], side: bool, dim: usize) -> Vec<f32> {
+    let mut sum = vec![0.0f32; dim];
+    for (k, _) in left.iter().enumerate().filter(|&(_, &l)| l == side) {
+        let (cols, vals) = sub.row(k);
+        for (&c, &v) in cols.iter().zip(vals) {
+            sum[c as usize] += v;
         }
+    }
+    sum
+}
+
+/// Scales each of the two interleaved centroids to unit L2 norm; a zero (or non-finite) centroid
+/// is left as it is.
+fn normalize_pair(centroids: &mut [[f32; 2]]) {
+    let mut sq = [0.0f32; 2];
+    for pair in centroids.iter() {
+        sq[0] += pair[0] * pair[0];
+        sq[1] += pair[1] * pair[1];
+    }
+    let inv = sq.map(|s| {
+        let norm = s.sqrt();
+        if norm > 0.0 && norm.is_finite() {
+            1.0 / norm
+        } else {
+            1.0
+        }
+    });
+    for pair in centroids.iter_mut() {
+        pair[0] *= inv[0];
+        pair[1] *= inv[1];
     }
 }
 

@@ -3,11 +3,12 @@
 //! Both the label tree (over PIFA label embeddings) and DEFRAG (over feature representatives) are
 //! built by cutting a set of sparse, unit-norm vectors into a few parts of near-equal size and then
 //! recursing. This module holds that cut. The input is a CSR [`SparseMatrix`] and the subset of its
-//! rows to cluster, so a caller never copies its vectors; centroids are dense but live only while one
-//! split runs (see [`subset`] for how their size is kept to the columns the subset actually uses).
+//! rows to cluster, so a caller never copies its vectors. Centroids are dense but live only while
+//! one split runs, and span only the columns that the split's rows use (the private `subset`
+//! module explains how).
 //!
 //! [`partition`] cuts the rows into `n_parts` parts. Two parts come from balanced spherical 2-means
-//! as in Parabel ([`bisect`]): two distinct random rows seed the centroids, rows are ranked by the
+//! as in Parabel: two distinct random rows seed the centroids, rows are ranked by the
 //! difference of their cosine similarities to the two centroids, the top of the ranking goes to the
 //! first part, centroids are recomputed, and this repeats until the mean similarity improves by less
 //! than a tolerance. More than two parts come from *recursive* balanced bisection: the rows are cut

@@ -4,6 +4,13 @@
 //! and assign rows given centroids. The second step is where split objectives differ (balanced
 //! 2-means cuts the ranking in half; the λ-weighted split of Baharav et al. 2021 fills the first side
 //! up to half of the label mass), so it is an enum that the bisection loop consults.
+//!
+//! Only the balanced rule exists so far. The λ-weighted split (eq. 4-5 and Lemma 1 of Baharav et
+//! al.) will be a second variant carrying λ: it also needs per-row weights f(λ), which will enter
+//! the centroid refit (weighted sums) and the objective as well as this step (sort by β/f and fill
+//! the first side up to its share of the mass), so its variant will come with a weights argument to
+//! [`partition`](super::partition). With λ = 0 the weights are uniform and it must reduce to
+//! [`SplitStrategy::Balanced`].
 
 use std::cmp::Ordering;
 
