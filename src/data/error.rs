@@ -7,13 +7,15 @@ use std::fmt;
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// The underlying file or stream failed (this includes a truncated or corrupt gzip stream).
-    #[error("{file}: {source}")]
+    ///
+    /// The I/O error is shown in the message rather than chained as a `source`, so that
+    /// `anyhow` reports do not print it twice.
+    #[error("{file}: {error}")]
     Io {
         /// The file (or stream name) being read or written.
         file: String,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// One line of the file is malformed.
     #[error("{file} line {line}: {problem}")]

@@ -37,9 +37,9 @@ fn wrap<'a, B: BufRead + 'a>(reader: B, is_gzip: bool) -> Box<dyn Read + 'a> {
 
 /// Opens `path` for reading, decompressing gzip transparently.
 pub(crate) fn open(path: &Path) -> Result<Box<dyn Read>, DataError> {
-    let io = |source| DataError::Io {
+    let io = |error| DataError::Io {
         file: display_name(path),
-        source,
+        error,
     };
     let file = File::open(path).map_err(io)?;
     decoded(file).map_err(io)

@@ -8,9 +8,9 @@ use super::{DataError, input};
 /// Reads one name per line from a plain or gzip file. Line ends (`\n` or `\r\n`) are removed;
 /// line `i` (0-based) names id `i`.
 pub fn read_names(path: &Path) -> Result<Vec<String>, DataError> {
-    let io = |source| DataError::Io {
+    let io = |error| DataError::Io {
         file: input::display_name(path),
-        source,
+        error,
     };
     let reader = BufReader::new(input::open(path)?);
     let mut names = Vec::new();

@@ -45,9 +45,9 @@ pub fn write_xc<W: Write>(ds: &Dataset, writer: W) -> std::io::Result<()> {
 
 /// Writes `ds` to `path` as XC text, gzip-compressed when the path ends in `.gz`.
 pub fn write_xc_file(ds: &Dataset, path: &Path) -> Result<(), DataError> {
-    let io = |source| DataError::Io {
+    let io = |error| DataError::Io {
         file: input::display_name(path),
-        source,
+        error,
     };
     let file = File::create(path).map_err(io)?;
     let gz = path.extension().is_some_and(|e| e == "gz");

@@ -38,9 +38,9 @@ pub fn read_xc_file(path: &Path) -> Result<Dataset, DataError> {
 
 /// Reads XC text from `reader`, plain or gzip; `name` is used in error messages.
 pub fn read_xc<R: Read>(reader: R, name: &str) -> Result<Dataset, DataError> {
-    let io = |source| DataError::Io {
+    let io = |error| DataError::Io {
         file: name.to_owned(),
-        source,
+        error,
     };
     let decoded = input::decoded(reader).map_err(io)?;
     read_decoded(decoded, name)
@@ -101,9 +101,9 @@ impl Rows {
 type ChunkError = (usize, LineProblem);
 
 fn read_decoded(mut reader: Box<dyn Read + '_>, name: &str) -> Result<Dataset, DataError> {
-    let io = |source| DataError::Io {
+    let io = |error| DataError::Io {
         file: name.to_owned(),
-        source,
+        error,
     };
     let mut buf: Vec<u8> = Vec::new();
     // Whole lines of the previous block, parsed while the next block is read.
