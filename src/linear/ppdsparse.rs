@@ -1,0 +1,249 @@
+//! PPDSparse (Yen et al. 2017): a greedy active-set method on the dual (10).
+//!
+//! - **Alg. 1.** The active set A starts as the column's positives. Each round solves the dual
+//!   restricted to A, drops the negatives whose αᵢ fell to 0, then searches the other samples for
+//!   the κ most violating ones and adds them. Outside A every αᵢ is 0.
+//! - **Alg. 2.** The restricted problem is solved by randomized dual coordinate descent: epochs
+//!   over A in a random order, each step a clipped Newton step on αᵢ with w = prox_λ(X̂ᵀα) kept up
+//!   to date in O(nnz(xᵢ)).
+//! - **Alg. 3.** The search needs yᵢ w·xᵢ for the samples outside A. It is computed through X's
+//!   columns over the support of w, or of a random sparsification w̃ (R draws of j with
+//!   probability |w_j|/‖w‖₁, so E[w̃] = w) when R = ⌈2‖w‖₁²/δ²⌉ is smaller than nnz(w).
+//! - **§5.3.** X's columns are pre-sorted by |x_ij|, so the walk down column j stops at the first
+//!   entry with |w_j x_ij| < `search_eps`.
+//!
+//! A sample outside A with αᵢ = 0 adds C·ℓ(yᵢ sᵢ) to the duality gap, so the search ranks samples by
+//! their loss. When it finds nothing, an exact pass over all samples computes the true gap: the
+//! column stops when the gap is below `tol`; otherwise the samples that the approximate search missed
+//! are added and the inner tolerance is tightened.
+
+use super::dual::{self, Workspace};
+use super::reference::shuffle;
+use super::{ColumnStats, LinearColumn, Loss, Problem, SolverParams};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// δ of Alg. 3: the tolerated error of the sparsified scores.
+const SPARSIFY_DELTA: f64 = 0.1;
+/// The most coordinate-descent epochs per round on the active set.
+const INNER_EPOCHS: usize = 50;
+
+pub(crate) fn solve(
+    p: &Problem<'_>,
+    positives: &[u32],
+    params: &SolverParams,
+    seed: u64,
+    ws: &mut Workspace,
+) -> LinearColumn {
+    ws.begin(positives);
+    let n = p.n();
+    let (c, l1) = (f64::from(params.c), f64::from(params.l1));
+    let tol = f64::from(params.tol);
+    let mut stats = ColumnStats::default();
+    if n == 0 {
+        stats.converged = true;
+        return ws.finish(params, stats);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for &i in positives {
+        ws.active.push(i);
+        ws.in_active[i as usize] = true;
+    }
+    let mut inner_tol = 0.1;
+    // An estimate of F, for the per-sample threshold of the logistic loss (whose every sample has a
+    // positive loss): the trivial solution w = 0, w₀ = −1 costs about 2·C·n_p (Theorem 3.2).
+    let mut f_est = (2.0 * c * positives.len() as f64).max(1.0);
+    let mut candidates: Vec<(f64, u32)> = Vec::new();
+    let mut wtilde: Vec<(u32, f64)> = Vec::new();
+    for _ in 0..params.max_iter {
+        stats.iterations += 1;
+        // Alg. 2 on the active set.
+        for _ in 0..INNER_EPOCHS {
+            shuffle(&mut ws.active, &mut rng);
+            let mut worst: f64 = 0.0;
+            for k in 0..ws.active.len() {
+                let i = ws.active[k] as usize;
+                let ys = ws.y(i) * ws.margin(p, i);
+                let a = ws.alpha[i];
+                let pg = dual::projected_gradient(params.loss, c, a, ys);
+                worst = worst.max(pg.abs());
+                if pg.abs() > 1e-12 {
+                    let next = dual::step(params.loss, c, a, ys, p.q_diag[i]);
+                    if next != a {
+                        ws.apply(p, i, next - a, l1);
+                        stats.updates += 1;
+                    }
+                }
+            }
+            if worst <= inner_tol {
+                break;
+            }
+        }
+        // Step 4: negatives whose α fell to 0 leave the active set.
+        let (alpha, positive, in_active) = (&ws.alpha, &ws.positive, &mut ws.in_active);
+        ws.active.retain(|&i| {
+            let keep = positive[i as usize] || alpha[i as usize] > 0.0;
+            if !keep {
+                in_active[i as usize] = false;
+            }
+            keep
+        });
+
+        // Alg. 1 step 1–2: the approximate search.
+        let theta = if params.loss == Loss::Logistic {
+            0.1 * tol * f_est / n as f64
+        } else {
+            0.0
+        };
+        sparsify(ws, &mut rng, &mut wtilde);
+        search(p, ws, &wtilde, params, theta, &mut rng, &mut candidates);
+        if candidates.is_empty() {
+            // The exact check: the gap over all samples.
+            ws.all_scores(p);
+            let primal = ws.primal_from_scores(params);
+            let g = ws.dual_objective(&ws.active, params);
+            stats.primal = primal;
+            stats.gap = (primal + g) / primal.max(1e-12);
+            f_est = primal.max(1e-12);
+            if stats.gap <= tol {
+                stats.converged = true;
+                break;
+            }
+            inner_tol *= 0.25;
+            for i in 0..n {
+                if !ws.in_active[i] {
+                    let l = c * dual::loss(params.loss, ws.y(i) * ws.score[i]);
+                    if l > theta {
+                        candidates.push((l, i as u32));
+                    }
+                }
+            }
+            ws.clear_scores();
+        }
+        take_top(&mut candidates, params.kappa);
+        for &(_, i) in &candidates {
+            ws.active.push(i);
+            ws.in_active[i as usize] = true;
+        }
+        candidates.clear();
+    }
+    if !stats.converged {
+        ws.all_scores(p);
+        stats.primal = ws.primal_from_scores(params);
+        let g = ws.dual_objective(&ws.active, params);
+        stats.gap = (stats.primal + g) / stats.primal.max(1e-12);
+        stats.converged = stats.gap <= tol;
+    }
+    stats.active = ws.active.len() as u32;
+    ws.finish(params, stats)
+}
+
+/// Alg. 3: fills `out` with w̃, either w itself (when that is no larger) or a random sparsification
+/// with R = ⌈2‖w‖₁²/δ²⌉ draws.
+fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>) {
+    out.clear();
+    let mut l1 = 0.0;
+    let mut nnz = 0usize;
+    for &j in &ws.touched {
+        let w = ws.w[j as usize];
+        if w != 0.0 {
+            l1 += w.abs();
+            nnz += 1;
+        }
+    }
+    let r = (2.0 * l1 * l1 / (SPARSIFY_DELTA * SPARSIFY_DELTA)).ceil();
+    if r >= nnz as f64 || l1 == 0.0 {
+        out.extend(
+            ws.touched
+                .iter()
+                .map(|&j| (j, ws.w[j as usize]))
+                .filter(|p| p.1 != 0.0),
+        );
+        return;
+    }
+    // Draw R indices by |w_j|/‖w‖₁: sort R uniforms, then walk the cumulative sums once.
+    let r = r as usize;
+    let mut u: Vec<f64> = (0..r).map(|_| rng.random::<f64>() * l1).collect();
+    u.sort_by(f64::total_cmp);
+    let scale = l1 / r as f64;
+    let mut acc = 0.0;
+    let mut k = 0;
+    for &j in &ws.touched {
+        let w = ws.w[j as usize];
+        if w == 0.0 {
+            continue;
+        }
+        acc += w.abs();
+        let mut count = 0usize;
+        while k < u.len() && u[k] < acc {
+            count += 1;
+            k += 1;
+        }
+        if count > 0 {
+            out.push((j, w.signum() * count as f64 * scale));
+        }
+    }
+}
+
+/// Scores the samples that share a feature with w̃ (walking each column until |w̃_j x_ij| drops
+/// below `search_eps`), and collects the violators outside the active set as (C·loss, row).
+fn search(
+    p: &Problem<'_>,
+    ws: &mut Workspace,
+    wtilde: &[(u32, f64)],
+    params: &SolverParams,
+    theta: f64,
+    rng: &mut ChaCha8Rng,
+    out: &mut Vec<(f64, u32)>,
+) {
+    let c = f64::from(params.c);
+    let eps = f64::from(params.search_eps);
+    for &(j, w) in wtilde {
+        let (a, b) = (p.col_start[j as usize], p.col_start[j as usize + 1]);
+        for (&r, &x) in p.col_rows[a..b].iter().zip(&p.col_vals[a..b]) {
+            let contrib = w * f64::from(x);
+            if contrib.abs() < eps {
+                break;
+            }
+            let r = r as usize;
+            if !ws.is_scored[r] {
+                ws.is_scored[r] = true;
+                ws.scored.push(r as u32);
+            }
+            ws.score[r] += contrib;
+        }
+    }
+    for k in 0..ws.scored.len() {
+        let i = ws.scored[k] as usize;
+        if !ws.in_active[i] {
+            let l = c * dual::loss(params.loss, ws.y(i) * (ws.score[i] + ws.v0));
+            if l > theta {
+                out.push((l, i as u32));
+            }
+        }
+    }
+    // Samples sharing no feature with w̃ all score w₀. If that violates, sample rows at random
+    // instead of scanning all n.
+    let untouched_loss = c * dual::loss(params.loss, -ws.v0);
+    if untouched_loss > theta && ws.scored.len() < p.n() {
+        for _ in 0..params.kappa {
+            let i = rng.random_range(0..p.n());
+            if !ws.in_active[i] && !ws.is_scored[i] && !ws.positive[i] {
+                ws.is_scored[i] = true;
+                ws.scored.push(i as u32);
+                out.push((untouched_loss, i as u32));
+            }
+        }
+    }
+    ws.clear_scores();
+}
+
+/// Keeps the `k` largest by loss (ties by row, for determinism).
+fn take_top(c: &mut Vec<(f64, u32)>, k: usize) {
+    let cmp = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    if c.len() > k {
+        c.select_nth_unstable_by(k - 1, cmp);
+        c.truncate(k);
+    }
+    c.sort_unstable_by(cmp);
+}

@@ -1,0 +1,233 @@
+//! The PPDSparse solver against the reference dual coordinate descent, degenerate problems and
+//! determinism.
+// Helpers outside #[test] functions unwrap too: this is test code.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use xmc::data::{self, Dataset, SparseMatrix, SynthParams};
+use xmc::linear::{self, LinearColumn, Loss, Method, SolverParams};
+
+fn bibtex() -> Dataset {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Bibtex/train.txt.gz");
+    let mut ds = data::read_xc_file(&path).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    ds
+}
+
+fn synthetic() -> Dataset {
+    let mut ds = data::generate(&SynthParams {
+        n: 2000,
+        d: 3000,
+        l: 200,
+        seed: 11,
+        ..SynthParams::DEFAULT
+    });
+    data::l2_normalize_rows(&mut ds.features);
+    ds
+}
+
+/// The positives of labels `labels` of `ds`, as sorted row lists.
+fn positives(ds: &Dataset, labels: &[u32]) -> Vec<Vec<u32>> {
+    let mut out = vec![Vec::new(); labels.len()];
+    for i in 0..ds.n_points() {
+        for &l in ds.label_row(i) {
+            if let Some(k) = labels.iter().position(|&x| x == l) {
+                out[k].push(i as u32);
+            }
+        }
+    }
+    out
+}
+
+fn objectives(
+    x: &SparseMatrix,
+    pos: &[Vec<u32>],
+    cols: &[LinearColumn],
+    p: &SolverParams,
+) -> Vec<f64> {
+    pos.iter()
+        .zip(cols)
+        .map(|(pos, col)| linear::primal_objective(x, pos, col, p))
+        .collect()
+}
+
+/// PPDSparse's primal objective is within 1% of the reference's, and its reported gap is below
+/// the tolerance, for every column.
+fn compare(ds: &Dataset, labels: &[u32], loss: Loss, l1: f32) {
+    let pos = positives(ds, labels);
+    let base = SolverParams {
+        loss,
+        l1,
+        prune: 0.0,
+        tol: 0.001,
+        max_iter: 1000,
+        ..SolverParams::DEFAULT
+    };
+    let ppd = linear::train_columns(&ds.features, &pos, &base).unwrap();
+    let reference = SolverParams {
+        method: Method::Reference,
+        ..base
+    };
+    let refc = linear::train_columns(&ds.features, &pos, &reference).unwrap();
+    let fp = objectives(&ds.features, &pos, &ppd, &base);
+    let fr = objectives(&ds.features, &pos, &refc, &base);
+    for (k, ((a, b), col)) in fp.iter().zip(&fr).zip(&ppd).enumerate() {
+        assert!(
+            (a - b).abs() <= 0.01 * b.abs(),
+            "{loss:?} l1={l1} label {}: PPDSparse {a} vs reference {b}",
+            labels[k]
+        );
+        assert!(
+            col.stats.converged,
+            "{loss:?} label {}: {:?}",
+            labels[k], col.stats
+        );
+        assert!(col.stats.gap <= f64::from(base.tol), "{:?}", col.stats);
+        assert!(col.values.iter().all(|v| v.is_finite()) && col.bias.is_finite());
+    }
+}
+
+const BIBTEX_LABELS: [u32; 6] = [0, 3, 17, 42, 100, 158];
+
+#[test]
+fn squared_hinge_matches_reference() {
+    compare(&bibtex(), &BIBTEX_LABELS, Loss::SquaredHinge, 0.0);
+    compare(&synthetic(), &[0, 1, 50, 199], Loss::SquaredHinge, 0.01);
+}
+
+#[test]
+fn hinge_matches_reference() {
+    compare(&bibtex(), &BIBTEX_LABELS, Loss::Hinge, 0.0);
+    compare(&synthetic(), &[0, 7, 150], Loss::Hinge, 0.01);
+}
+
+#[test]
+fn logistic_matches_reference() {
+    compare(&bibtex(), &BIBTEX_LABELS, Loss::Logistic, 0.0);
+    compare(&synthetic(), &[2, 90], Loss::Logistic, 0.01);
+}
+
+#[test]
+fn same_seed_gives_bit_identical_weights_on_any_thread_count() {
+    let ds = synthetic();
+    let labels: Vec<u32> = (0..40).collect();
+    let pos = positives(&ds, &labels);
+    let p = SolverParams {
+        seed: 5,
+        ..SolverParams::DEFAULT
+    };
+    let run = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| linear::train_columns(&ds.features, &pos, &p).unwrap())
+    };
+    let bits = |cols: &[LinearColumn]| -> Vec<(Vec<u32>, Vec<u32>, u32)> {
+        cols.iter()
+            .map(|c| {
+                (
+                    c.indices.clone(),
+                    c.values.iter().map(|v| v.to_bits()).collect(),
+                    c.bias.to_bits(),
+                )
+            })
+            .collect()
+    };
+    let a = bits(&run(2));
+    assert_eq!(a, bits(&run(2)));
+    assert_eq!(a, bits(&run(1)));
+}
+
+fn tiny(rows: &[&[(u32, f32)]], d: usize) -> SparseMatrix {
+    let mut indptr = vec![0];
+    let (mut idx, mut val) = (Vec::new(), Vec::new());
+    for r in rows {
+        for &(j, v) in *r {
+            idx.push(j);
+            val.push(v);
+        }
+        indptr.push(idx.len());
+    }
+    SparseMatrix::new((rows.len(), d), indptr, idx, val)
+}
+
+fn check_finite(cols: &[LinearColumn]) {
+    for c in cols {
+        assert!(c.bias.is_finite());
+        assert!(c.values.iter().all(|v| v.is_finite()));
+    }
+}
+
+#[test]
+fn a_label_with_no_positives_gets_a_negative_bias() {
+    let ds = synthetic();
+    let cols = linear::train_columns(&ds.features, &[vec![]], &SolverParams::DEFAULT).unwrap();
+    check_finite(&cols);
+    assert!(cols[0].bias < 0.0, "{:?}", cols[0]);
+    for loss in [Loss::Hinge, Loss::Logistic] {
+        let p = SolverParams {
+            loss,
+            ..SolverParams::DEFAULT
+        };
+        check_finite(&linear::train_columns(&ds.features, &[vec![]], &p).unwrap());
+    }
+}
+
+#[test]
+fn a_label_on_every_point_gets_a_positive_bias() {
+    let ds = synthetic();
+    let all: Vec<u32> = (0..ds.n_points() as u32).collect();
+    let cols = linear::train_columns(&ds.features, &[all], &SolverParams::DEFAULT).unwrap();
+    check_finite(&cols);
+    assert!(cols[0].bias > 0.0, "{:?}", cols[0]);
+}
+
+#[test]
+fn empty_rows_and_all_zero_features_are_fine() {
+    // Row 1 is empty; feature 2 never occurs.
+    let x = tiny(&[&[(0, 1.0)], &[], &[(1, 1.0)], &[(0, 0.5), (1, 0.5)]], 3);
+    let cols = linear::train_columns(&x, &[vec![0, 3], vec![1]], &SolverParams::DEFAULT).unwrap();
+    check_finite(&cols);
+    assert!(cols.iter().all(|c| !c.indices.contains(&2)));
+    // No features at all: only biases can be learned.
+    let empty = tiny(&[&[], &[], &[]], 4);
+    let cols = linear::train_columns(&empty, &[vec![0], vec![]], &SolverParams::DEFAULT).unwrap();
+    check_finite(&cols);
+    assert!(cols.iter().all(|c| c.indices.is_empty()));
+    // No rows.
+    let none = tiny(&[], 4);
+    let cols = linear::train_columns(&none, &[vec![]], &SolverParams::DEFAULT).unwrap();
+    assert_eq!(cols[0].bias, 0.0);
+}
+
+#[test]
+fn duplicate_rows_with_conflicting_labels_are_well_defined() {
+    let r: &[(u32, f32)] = &[(0, 1.0), (2, 1.0)];
+    let x = tiny(&[r, r, r, r, &[(1, 1.0)]], 3);
+    for loss in [Loss::SquaredHinge, Loss::Hinge, Loss::Logistic] {
+        let p = SolverParams {
+            loss,
+            prune: 0.0,
+            tol: 1e-5,
+            max_iter: 1000,
+            ..SolverParams::DEFAULT
+        };
+        let cols = linear::train_columns(&x, &[vec![0, 1], vec![2, 3]], &p).unwrap();
+        check_finite(&cols);
+        // The two columns see the same conflicting rows; their scores on them agree.
+        let score = |c: &LinearColumn| -> f32 {
+            c.bias
+                + c.indices
+                    .iter()
+                    .zip(&c.values)
+                    .filter(|(j, _)| **j != 1)
+                    .map(|(_, w)| w)
+                    .sum::<f32>()
+        };
+        assert!(
+            (score(&cols[0]) - score(&cols[1])).abs() < 0.05,
+            "{loss:?}: {cols:?}"
+        );
+    }
+}
