@@ -1,12 +1,162 @@
-//! `xmc eval ...`.
+//! `xmc eval`: scores a model on labelled data, or a prediction file against the truth.
 
+use super::train::load_data;
+use crate::bundle::OpenOptions;
+use crate::data;
+use crate::eval::{self, EvalReport, Evaluator, PropensityParams, predfile};
+use crate::model::evaluate::evaluate_model;
+use crate::model::{Model, PredictOptions};
+use anyhow::{Context, bail};
 use clap::Args;
+use std::path::{Path, PathBuf};
 
-/// Arguments of `xmc eval`.
+/// Arguments of `xmc eval`. Give `--model` and `--data`, or `--truth` and `--pred`.
 #[derive(Debug, Args)]
-pub struct EvalArgs {}
+pub struct EvalArgs {
+    /// The model bundle to evaluate (with `--data`).
+    #[arg(long, requires = "data", conflicts_with_all = ["truth", "pred"])]
+    pub model: Option<PathBuf>,
+    /// Labelled data to predict (XC format), with `--model`.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The true labels (XC format), with `--pred`.
+    #[arg(long, requires = "pred")]
+    pub truth: Option<PathBuf>,
+    /// A prediction file (`label:score ...` per line, best first), with `--truth`.
+    #[arg(long)]
+    pub pred: Option<PathBuf>,
+    /// Report every k of 1, 3, 5 up to this, and this k itself.
+    #[arg(long, default_value_t = 5)]
+    pub k: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Training data whose label counts give the propensities (`--truth` mode; default: the truth
+    /// file's own counts). In `--model` mode the model's stored training counts are used.
+    #[arg(long)]
+    pub train: Option<PathBuf>,
+    /// Propensity parameter A (Jain et al. 2016).
+    #[arg(long, default_value_t = PropensityParams::DEFAULT.a)]
+    pub propensity_a: f64,
+    /// Propensity parameter B.
+    #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
+    pub propensity_b: f64,
+    /// Prediction options for `--model` mode: `beam=N`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+/// The cut-offs reported for `--k K`: 1, 3 and 5 always (so the standard keys exist), then K.
+fn cutoffs(k: usize) -> Vec<usize> {
+    let mut ks = vec![1, 3, 5];
+    if k > 0 && !ks.contains(&k) {
+        ks.push(k);
+    }
+    ks
+}
+
+fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(&report.quality_json())?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// Parses `--set` prediction options.
+fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
+    let mut opts = PredictOptions::default();
+    for s in set {
+        let (key, value) = s
+            .split_once('=')
+            .with_context(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        match key.trim() {
+            "beam" => {
+                let beam: usize = value
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("`beam`: `{value}` is not a positive integer"))?;
+                if beam == 0 {
+                    bail!("`beam` must be at least 1");
+                }
+                opts.beam = Some(beam);
+            }
+            other => bail!("unknown prediction option `{other}` (known: beam)"),
+        }
+    }
+    Ok(opts)
+}
 
 /// Runs `xmc eval`.
-pub fn run(_args: EvalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("xmc eval needs --truth and --pred")
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let ks = cutoffs(args.k);
+    match (&args.model, &args.data, &args.truth, &args.pred) {
+        (Some(model), Some(data), None, None) => {
+            let opts = predict_options(&args.set)?;
+            let model = Model::open(model, &OpenOptions::default())
+                .with_context(|| format!("opening model {}", model.display()))?;
+            let ds = load_data(data, false)?;
+            if ds.n_labels() > model.meta().n_labels {
+                bail!(
+                    "{} has L = {} but the model knows {} labels",
+                    data.display(),
+                    ds.n_labels(),
+                    model.meta().n_labels
+                );
+            }
+            let report = evaluate_model(&model, &ds, &opts, &ks)
+                .map_err(|(i, e)| anyhow::anyhow!("{} point {}: {e}", data.display(), i + 1))?;
+            print(&report, args.json)
+        }
+        (None, None, Some(truth), Some(pred)) => {
+            let report = eval_files(truth, pred, args.train.as_deref(), &args, &ks)?;
+            print(&report, args.json)
+        }
+        _ => bail!("give --model and --data, or --truth and --pred"),
+    }
+}
+
+fn eval_files(
+    truth: &Path,
+    pred: &Path,
+    train: Option<&Path>,
+    args: &EvalArgs,
+    ks: &[usize],
+) -> anyhow::Result<EvalReport> {
+    let truth_ds =
+        data::read_xc_file(truth).with_context(|| format!("reading {}", truth.display()))?;
+    let preds = predfile::read_predictions(pred, None)?;
+    if preds.len() != truth_ds.n_points() {
+        bail!(
+            "{} has {} lines but {} has {} points",
+            pred.display(),
+            preds.len(),
+            truth.display(),
+            truth_ds.n_points()
+        );
+    }
+    let (counts, n) = match train {
+        Some(t) => {
+            let ds = data::read_xc_file(t).with_context(|| format!("reading {}", t.display()))?;
+            (eval::label_counts(&ds.labels), ds.n_points())
+        }
+        None => (eval::label_counts(&truth_ds.labels), truth_ds.n_points()),
+    };
+    let props = eval::propensities(
+        &counts,
+        n,
+        PropensityParams {
+            a: args.propensity_a,
+            b: args.propensity_b,
+        },
+    );
+    let mut e = Evaluator::new(ks, &props);
+    let mut ranked = Vec::new();
+    for (i, p) in preds.iter().enumerate() {
+        ranked.clear();
+        ranked.extend(p.iter().map(|&(l, _)| l));
+        e.add(&ranked, truth_ds.label_row(i), None, None);
+    }
+    Ok(e.finish())
 }
