@@ -17,7 +17,10 @@
 pub mod bundle;
 pub mod cli;
 pub mod cluster;
+pub mod config;
 pub mod data;
 pub mod eval;
 pub mod linear;
+pub mod model;
+pub mod train;
 pub mod tree;

@@ -4,6 +4,10 @@ use clap::{Parser, Subcommand};
 
 pub mod data;
 pub mod eval;
+pub mod inspect;
+pub mod predict;
+mod progress;
+pub mod train;
 
 /// xmc: extreme multi-label classification.
 #[derive(Debug, Parser)]
@@ -16,17 +20,26 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Trains a model and writes its bundle.
+    Train(train::TrainArgs),
+    /// Writes the top-k labels of every point of a data file.
+    Predict(predict::PredictArgs),
+    /// Scores a model on labelled data, or a prediction file against the truth.
+    Eval(eval::EvalArgs),
+    /// Shows a model bundle's metadata, sections and tree shape.
+    Inspect(inspect::InspectArgs),
     /// Data set tools: statistics and the synthetic generator.
     #[command(subcommand)]
     Data(data::DataCommand),
-    /// Scores predictions against the truth.
-    Eval(eval::EvalArgs),
 }
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Data(cmd) => data::run(cmd),
+        Command::Train(args) => train::run(args),
+        Command::Predict(args) => predict::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Data(cmd) => data::run(cmd),
     }
 }

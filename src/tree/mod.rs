@@ -4,10 +4,14 @@
 //! `max_leaf` labels. This module builds the *structure* of that tree: [`build`] embeds labels
 //! (PIFA) and clusters them recursively with the balanced splits of [`crate::cluster`], and
 //! [`layout`] stores the result as a flat, breadth-first [`TreeLayout`] that the node classifiers,
-//! the bundle and the search index into.
+//! the bundle and the search index into. [`train`] fits the node classifiers, [`chunk`] stores
+//! their weights feature-major, and [`view`] is the stored tree and its search.
 
 pub mod build;
+pub mod chunk;
 pub mod layout;
+pub mod train;
+pub mod view;
 
 pub use build::{TreeParams, build_tree, pifa_embeddings};
 pub use layout::{DepthCount, LeafSizeStats, TreeLayout};

@@ -1,0 +1,135 @@
+//! Per-query prediction cost on real data, one thread.
+//!
+//! Trains a T = 1 label tree on a data set (default `../shared/datasets/debian-deps`; set
+//! `XMC_BENCH_DATA` to another directory holding `train.txt.gz` and `test.txt.gz`), or opens the
+//! bundle in `XMC_BENCH_MODEL`, then prints:
+//!
+//! 1. per-query latency of `Model::predict_into` (k = 5, the model's beam) over the test split, one
+//!    query at a time on this thread: mean, p50, p99, max, in µs;
+//! 2. the two ways of scoring a node's chunk against a query, on the same (query, node) pairs:
+//!    `score_scan` (walk the chunk, look each feature up in a dense copy of the query) and
+//!    `score_search` (merge the sorted query into the chunk with binary searches), and the
+//!    adaptive `score` the predictor uses, in ns per node.
+//!
+//! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+use xmc::bundle::{Bundle, OpenOptions};
+use xmc::config::TrainConfig;
+use xmc::data::{self, Dataset};
+use xmc::model::{Model, PredictOptions, Prediction, Scratch};
+use xmc::train::{self, Quiet, TrainInputs};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let n = sorted.len();
+    sorted[((p * n as f64).ceil() as usize).clamp(1, n) - 1]
+}
+
+fn main() -> anyhow::Result<()> {
+    let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/debian-deps"),
+        PathBuf::from,
+    );
+    let mut test: Dataset = data::read_xc_file(&dir.join("test.txt.gz"))?;
+    data::l2_normalize_rows(&mut test.features);
+    let model = match std::env::var("XMC_BENCH_MODEL") {
+        Ok(path) => Model::open(path.as_ref(), &OpenOptions::default())?,
+        Err(_) => {
+            let mut ds = data::read_xc_file(&dir.join("train.txt.gz"))?;
+            data::l2_normalize_rows(&mut ds.features);
+            let cfg = TrainConfig::load(None, &[])?;
+            let start = Instant::now();
+            let trained = train::train(&ds, &cfg, TrainInputs::default(), &Quiet)?;
+            println!(
+                "trained a T=1 tree on {} in {:.1} s",
+                dir.display(),
+                start.elapsed().as_secs_f64()
+            );
+            Model::from_bundle(Bundle::from_bytes(&trained.to_bytes()?)?)?
+        }
+    };
+
+    // 1. End-to-end per-query latency.
+    let opts = PredictOptions::default();
+    let mut scratch = Scratch::default();
+    let mut out = Prediction::default();
+    for i in 0..test.n_points().min(200) {
+        let (idx, val) = test.feature_row(i);
+        model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+    }
+    let mut times = Vec::with_capacity(test.n_points());
+    let mut nodes = 0u64;
+    for i in 0..test.n_points() {
+        let (idx, val) = test.feature_row(i);
+        let start = Instant::now();
+        model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+        nodes += u64::from(out.nodes_evaluated);
+    }
+    times.sort_by(f64::total_cmp);
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    println!(
+        "predict_into, k=5, beam {}: {} queries, mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs, {:.1} nodes/query",
+        model.meta().beam,
+        times.len(),
+        mean,
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        times[times.len() - 1],
+        nodes as f64 / times.len() as f64
+    );
+
+    // 2. Chunk scoring strategies on the same (query, node) pairs: every query against a fixed
+    // pseudo-random sample of nodes (internal nodes and leaves alike).
+    let tree = &model.trees()[0];
+    let arrays = tree.borrowed();
+    let n_nodes = arrays.n_nodes();
+    let sample: Vec<usize> = (0..64u64)
+        .map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 11) as usize % n_nodes)
+        .collect();
+    let queries: Vec<(Vec<u32>, Vec<f32>)> = (0..test.n_points().min(2000))
+        .map(|i| {
+            let (idx, val) = test.feature_row(i);
+            (idx.to_vec(), val.to_vec())
+        })
+        .collect();
+    let mut dense = vec![0f32; model.meta().n_features];
+    let mut acc = vec![0f32; 1 << 12];
+    let mut sink = 0f32;
+    let mut run = |mode: usize| {
+        let start = Instant::now();
+        let mut pairs = 0u64;
+        for (idx, val) in &queries {
+            for (&i, &v) in idx.iter().zip(val) {
+                dense[i as usize] = v;
+            }
+            for &node in &sample {
+                let outs = arrays.outputs(node).len();
+                let a = &mut acc[..outs];
+                a.fill(0.0);
+                match mode {
+                    0 => arrays.chunks.score_scan(node, &dense, a),
+                    1 => arrays.chunks.score_search(node, idx, val, a),
+                    _ => arrays.chunks.score(node, idx, val, &dense, a),
+                }
+                sink += a.first().copied().unwrap_or(0.0);
+                pairs += 1;
+            }
+            for &i in idx {
+                dense[i as usize] = 0.0;
+            }
+        }
+        start.elapsed().as_secs_f64() * 1e9 / pairs as f64
+    };
+    let (scan, search, adaptive) = (run(0), run(1), run(2));
+    println!(
+        "chunk scoring over {} queries x {} nodes: scan {:.0} ns/node, search {:.0} ns/node, adaptive {:.0} ns/node (checksum {sink:.3})",
+        queries.len(),
+        sample.len(),
+        scan,
+        search,
+        adaptive
+    );
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! `xmc inspect`: a model's metadata, sections, and tree shape.
+
+use crate::bundle::OpenOptions;
+use crate::model::Model;
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `xmc inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The model bundle.
+    pub model: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Gathers everything `inspect` reports, as JSON.
+pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value {
+    let sections: Vec<_> = model
+        .bundle()
+        .sections()
+        .iter()
+        .map(|s| json!({"name": s.name, "dtype": s.dtype.to_string(), "bytes": s.byte_len}))
+        .collect();
+    let trees: Vec<_> = model
+        .trees()
+        .iter()
+        .map(|t| {
+            let mut depth_hist = Vec::<u64>::new();
+            let mut leaf_sizes = Vec::new();
+            for i in 0..t.n_nodes() {
+                if t.is_leaf(i) {
+                    let d = t.depth(i) as usize;
+                    if depth_hist.len() <= d {
+                        depth_hist.resize(d + 1, 0);
+                    }
+                    depth_hist[d] += 1;
+                    leaf_sizes.push(t.outputs(i).len());
+                }
+            }
+            leaf_sizes.sort_unstable();
+            let mean = leaf_sizes.iter().sum::<usize>() as f64 / leaf_sizes.len().max(1) as f64;
+            json!({
+                "nodes": t.n_nodes(),
+                "leaves": leaf_sizes.len(),
+                "leaf_depth_histogram": depth_hist,
+                "leaf_size": {
+                    "min": leaf_sizes.first(),
+                    "median": leaf_sizes.get(leaf_sizes.len() / 2),
+                    "max": leaf_sizes.last(),
+                    "mean": mean,
+                },
+                "weights": t.chunks.n_weights(),
+            })
+        })
+        .collect();
+    json!({
+        "file_bytes": model.bundle().file_len(),
+        "format_version": model.bundle().format_version(),
+        "open_ms": open_ms,
+        "verify_checksums_ms": verify_ms,
+        "meta": model.meta(),
+        "sections": sections,
+        "trees": trees,
+    })
+}
+
+/// Runs `xmc inspect`.
+pub fn run(args: InspectArgs) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let model = Model::open(&args.model, &OpenOptions::default())
+        .with_context(|| format!("opening model {}", args.model.display()))?;
+    let open_ms = start.elapsed().as_secs_f64() * 1e3;
+    let start = Instant::now();
+    model.bundle().verify_checksums()?;
+    let verify_ms = start.elapsed().as_secs_f64() * 1e3;
+    let r = report(&model, open_ms, verify_ms);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let m = model.meta();
+    println!("model      {} (version {})", m.name, m.version);
+    println!(
+        "file       {} bytes, format v{}",
+        r["file_bytes"], r["format_version"]
+    );
+    println!("open       {open_ms:.3} ms (checksums verified in {verify_ms:.1} ms)");
+    println!(
+        "shape      {} features, {} labels, {} tree(s), loss {:?}, beam {}",
+        m.n_features, m.n_labels, m.trees, m.loss, m.beam
+    );
+    if let Some(h) = &m.heldout {
+        println!("held-out   {h}");
+    }
+    for (t, tree) in r["trees"].as_array().into_iter().flatten().enumerate() {
+        println!("tree {t}     {tree}");
+    }
+    println!("sections:");
+    for s in r["sections"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<28} {:>6} {:>12} bytes",
+            s["name"].as_str().unwrap_or(""),
+            s["dtype"].as_str().unwrap_or(""),
+            s["bytes"]
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! `xmc predict`: writes the top-k labels of every point of a data file.
+
+use super::train::load_data;
+use crate::bundle::OpenOptions;
+use crate::model::{Model, PredictOptions, Prediction, Scratch};
+use anyhow::Context;
+use clap::Args;
+use rayon::prelude::*;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `xmc predict`.
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// The model bundle.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The data to predict (XC format; labels, if any, are ignored).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Labels per point.
+    #[arg(long, default_value_t = 5)]
+    pub k: usize,
+    /// Beam width (default: the model's).
+    #[arg(long)]
+    pub beam: Option<usize>,
+    /// The prediction file to write: one line per point, `label:score ...`, best first.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Runs `xmc predict`, spreading the points over all cores.
+pub fn run(args: PredictArgs) -> anyhow::Result<()> {
+    let model = Model::open(&args.model, &OpenOptions::default())
+        .with_context(|| format!("opening model {}", args.model.display()))?;
+    let ds = load_data(&args.data, false)?;
+    let options = PredictOptions {
+        k: args.k,
+        beam: args.beam,
+    };
+    let preds: Vec<Prediction> = (0..ds.n_points())
+        .into_par_iter()
+        .map_init(Scratch::default, |scratch, i| {
+            let (idx, val) = ds.feature_row(i);
+            let mut out = Prediction::default();
+            model
+                .predict_into(idx, val, &options, scratch, &mut out)
+                .with_context(|| format!("{} point {}", args.data.display(), i + 1))?;
+            Ok(out)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let file = std::fs::File::create(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for p in &preds {
+        let line: Vec<String> = p
+            .labels
+            .iter()
+            .zip(&p.scores)
+            .map(|(l, s)| format!("{}:{}", l.0, s))
+            .collect();
+        writeln!(w, "{}", line.join(" "))?;
+    }
+    w.flush()?;
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! `xmc train`: reads data, trains, evaluates on held-out data if given, writes the bundle.
+
+use super::progress::Bars;
+use crate::bundle::{Bundle, OpenOptions};
+use crate::config::TrainConfig;
+use crate::data::{self, Dataset};
+use crate::model::evaluate::evaluate_model;
+use crate::model::{Model, PredictOptions};
+use crate::train::{self, Progress, Quiet, TrainInputs};
+use anyhow::Context;
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Arguments of `xmc train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The TOML config file (its `[train]` table).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The training data (XC format, plain or gzip, header optional).
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Held-out data: its metrics are recorded in the bundle's metadata.
+    #[arg(long)]
+    pub test: Option<PathBuf>,
+    /// Where to write the bundle.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Label names, one per line; default: `labels.txt[.gz]` beside the training file, if present.
+    #[arg(long)]
+    pub label_names: Option<PathBuf>,
+    /// Overrides a config key, e.g. `--set trees=3`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Finds `labels.txt` or `labels.txt.gz` beside the training file.
+fn default_label_names(train: &Path) -> Option<PathBuf> {
+    let dir = train.parent()?;
+    ["labels.txt", "labels.txt.gz"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+}
+
+/// Reads a data file, L2-normalizing rows when the config asks for it.
+pub fn load_data(path: &Path, normalize: bool) -> anyhow::Result<Dataset> {
+    let mut ds = data::read_xc_file(path).with_context(|| format!("reading {}", path.display()))?;
+    if normalize {
+        data::l2_normalize_rows(&mut ds.features);
+    }
+    Ok(ds)
+}
+
+/// Runs `xmc train`.
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let cfg = TrainConfig::load(args.config.as_deref(), &args.set)?;
+    if cfg.threads > 0 {
+        // A second call fails when a pool already exists (e.g. in tests); the existing one is fine.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.threads)
+            .build_global();
+    }
+    let start = Instant::now();
+    let ds = load_data(&args.train, cfg.normalize)?;
+    let read_s = start.elapsed().as_secs_f64();
+    let names_path = args
+        .label_names
+        .clone()
+        .or_else(|| default_label_names(&args.train));
+    let label_names = match &names_path {
+        Some(p) => Some(
+            data::read_names(p).with_context(|| format!("reading label names {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let inputs = TrainInputs {
+        label_names,
+        train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
+    };
+    let bars = Bars::new();
+    let progress: &dyn Progress = if args.quiet { &Quiet } else { &bars };
+    let start = Instant::now();
+    let mut trained = train::train(&ds, &cfg, inputs, progress)?;
+    bars.finish();
+    let train_s = start.elapsed().as_secs_f64();
+    trained
+        .meta
+        .created
+        .seconds
+        .insert("read".into(), read_s.into());
+    if let Some(test) = &args.test {
+        let test_ds = load_data(test, false)?;
+        let model = Model::from_bundle(Bundle::from_bytes(&trained.to_bytes()?)?)?;
+        let report = evaluate_model(&model, &test_ds, &PredictOptions::default(), &[1, 3, 5])
+            .map_err(|(i, e)| anyhow::anyhow!("{} point {}: {e}", test.display(), i + 1))?;
+        trained.meta.heldout = Some(report.quality_json());
+    }
+    trained.write(&args.out)?;
+    let model = Model::open(&args.out, &OpenOptions::default())?;
+    eprintln!(
+        "wrote {} ({} bytes, version {}) in {:.2} s of training",
+        args.out.display(),
+        model.bundle().file_len(),
+        model.meta().version,
+        train_s
+    );
+    Ok(())
+}

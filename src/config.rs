@@ -1,0 +1,351 @@
+//! Layered configuration shared by the CLI, the trainer and (later) the server.
+//!
+//! Training settings come from compiled-in defaults ([`TrainConfig::DEFAULT`]), then the `[train]`
+//! table of a TOML file, then `--set key=value` overrides. Keys are the dotted names of the design's
+//! CLI contract (`trees`, `max_leaf`, `solver.c`, ...). An unknown key or a bad value is an error
+//! that names the key, so a typo never silently trains a different model.
+
+use crate::linear::{Loss, SolverParams};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use thiserror::Error;
+
+/// A configuration error, naming the key or file at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading config {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("parsing config {path}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key is not known.
+    #[error("unknown config key `{key}` (known keys: {known})")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// The keys that are known.
+        known: String,
+    },
+    /// A value has the wrong type or is out of range.
+    #[error("config key `{key}`: {message}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A `--set` argument is not `key=value`.
+    #[error("--set `{0}` is not of the form key=value")]
+    BadOverride(String),
+}
+
+/// Which model family to train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A probabilistic label tree (Parabel-style), the default.
+    Tree,
+    /// Flat one-vs-all: every label scored by its own classifier.
+    Flat,
+}
+
+/// Everything that determines a trained model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// The model's name, recorded in the bundle.
+    pub name: String,
+    /// Tree or flat.
+    pub model: ModelKind,
+    /// The ensemble size T.
+    pub trees: usize,
+    /// The largest number of labels in a leaf.
+    pub max_leaf: usize,
+    /// The tree's branching factor.
+    pub branching: usize,
+    /// Whether feature rows are L2-normalized before training (and queries at prediction).
+    pub normalize: bool,
+    /// The default beam width stored with the model.
+    pub beam: usize,
+    /// The solver's hyper-parameters.
+    pub solver: SolverParams,
+    /// The random seed.
+    pub seed: u64,
+    /// Worker threads for training (0: all cores).
+    pub threads: usize,
+}
+
+impl TrainConfig {
+    /// The compiled-in defaults: Parabel's (T = 1 for latency, max leaf 100, binary tree, beam 10).
+    pub const DEFAULT: TrainConfig = TrainConfig {
+        name: String::new(),
+        model: ModelKind::Tree,
+        trees: 1,
+        max_leaf: 100,
+        branching: 2,
+        normalize: true,
+        beam: 10,
+        solver: SolverParams::DEFAULT,
+        seed: 0,
+        threads: 0,
+    };
+
+    /// The keys `set` accepts, for error messages and docs.
+    pub const KEYS: &'static [&'static str] = &[
+        "name",
+        "model",
+        "trees",
+        "max_leaf",
+        "branching",
+        "normalize",
+        "beam",
+        "seed",
+        "threads",
+        "solver.l1",
+        "solver.c",
+        "solver.loss",
+        "solver.prune",
+        "solver.tol",
+        "solver.kappa",
+        "solver.max_iter",
+    ];
+
+    /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
+    /// (`key=value` strings, the value written as in TOML or as a bare word).
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let mut cfg = Self::DEFAULT.clone();
+        if let Some(path) = path {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                path: name.clone(),
+                source,
+            })?;
+            let table: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ConfigError::Toml {
+                        path: name.clone(),
+                        message: e.to_string(),
+                    })?;
+            for key in table.keys() {
+                if key != "train" && key != "serve" {
+                    return Err(ConfigError::UnknownKey {
+                        key: key.clone(),
+                        known: "[train], [serve]".into(),
+                    });
+                }
+            }
+            if let Some(train) = table.get("train") {
+                let mut flat = BTreeMap::new();
+                flatten("", train, &mut flat);
+                for (key, value) in flat {
+                    cfg.set(&key, &value)?;
+                }
+            }
+        }
+        for o in overrides {
+            let (key, raw) = o
+                .split_once('=')
+                .ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+            cfg.set(key.trim(), &parse_override(raw.trim()))?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Sets one dotted key.
+    pub fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ConfigError> {
+        let s = &mut self.solver;
+        match key {
+            "name" => self.name = as_str(key, value)?.to_string(),
+            "model" => {
+                self.model = match as_str(key, value)? {
+                    "tree" => ModelKind::Tree,
+                    "flat" => ModelKind::Flat,
+                    other => return Err(bad(key, format!("`{other}` is not `tree` or `flat`"))),
+                }
+            }
+            "trees" => self.trees = as_usize(key, value)?,
+            "max_leaf" => self.max_leaf = as_usize(key, value)?,
+            "branching" => self.branching = as_usize(key, value)?,
+            "normalize" => self.normalize = as_bool(key, value)?,
+            "beam" => self.beam = as_usize(key, value)?,
+            "seed" => self.seed = as_usize(key, value)? as u64,
+            "threads" => self.threads = as_usize(key, value)?,
+            "solver.l1" => s.l1 = as_f32(key, value)?,
+            "solver.c" => s.c = as_f32(key, value)?,
+            "solver.prune" => s.prune = as_f32(key, value)?,
+            "solver.tol" => s.tol = as_f32(key, value)?,
+            "solver.kappa" => s.kappa = as_usize(key, value)?,
+            "solver.max_iter" => s.max_iter = as_usize(key, value)?,
+            "solver.loss" => {
+                s.loss = match as_str(key, value)? {
+                    "squared_hinge" | "sqhinge" => Loss::SquaredHinge,
+                    "hinge" => Loss::Hinge,
+                    "logistic" | "log" => Loss::Logistic,
+                    other => {
+                        return Err(bad(
+                            key,
+                            format!("`{other}` is not squared_hinge, hinge or logistic"),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                    known: Self::KEYS.join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks ranges that single keys cannot (run after all layers are applied).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &str, v: usize| {
+            if v == 0 {
+                Err(bad(key, "must be at least 1".into()))
+            } else {
+                Ok(())
+            }
+        };
+        positive("trees", self.trees)?;
+        positive("max_leaf", self.max_leaf)?;
+        positive("beam", self.beam)?;
+        positive("solver.kappa", self.solver.kappa)?;
+        positive("solver.max_iter", self.solver.max_iter)?;
+        if self.branching < 2 {
+            return Err(bad("branching", "must be at least 2".into()));
+        }
+        let finite_nonneg = |key: &str, v: f32, strict: bool| {
+            if !v.is_finite() || v < 0.0 || (strict && v == 0.0) {
+                Err(bad(
+                    key,
+                    format!(
+                        "must be a finite number {} 0",
+                        if strict { ">" } else { ">=" }
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        finite_nonneg("solver.l1", self.solver.l1, false)?;
+        finite_nonneg("solver.c", self.solver.c, true)?;
+        finite_nonneg("solver.prune", self.solver.prune, false)?;
+        finite_nonneg("solver.tol", self.solver.tol, true)?;
+        Ok(())
+    }
+}
+
+fn bad(key: &str, message: String) -> ConfigError {
+    ConfigError::BadValue {
+        key: key.to_string(),
+        message,
+    }
+}
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, toml::Value>) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        other => {
+            out.insert(prefix.to_string(), other.clone());
+        }
+    }
+}
+
+/// Reads a `--set` value as TOML (numbers, booleans, quoted strings), or else as a bare string.
+fn parse_override(raw: &str) -> toml::Value {
+    format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+fn as_str<'a>(key: &str, v: &'a toml::Value) -> Result<&'a str, ConfigError> {
+    v.as_str()
+        .ok_or_else(|| bad(key, format!("expected a string, found `{v}`")))
+}
+
+fn as_bool(key: &str, v: &toml::Value) -> Result<bool, ConfigError> {
+    match v {
+        toml::Value::Boolean(b) => Ok(*b),
+        toml::Value::String(s) if s == "on" => Ok(true),
+        toml::Value::String(s) if s == "off" => Ok(false),
+        _ => Err(bad(
+            key,
+            format!("expected true/false or on/off, found `{v}`"),
+        )),
+    }
+}
+
+fn as_usize(key: &str, v: &toml::Value) -> Result<usize, ConfigError> {
+    v.as_integer()
+        .and_then(|i| usize::try_from(i).ok())
+        .ok_or_else(|| bad(key, format!("expected a non-negative integer, found `{v}`")))
+}
+
+fn as_f32(key: &str, v: &toml::Value) -> Result<f32, ConfigError> {
+    let x = match v {
+        toml::Value::Float(f) => *f,
+        toml::Value::Integer(i) => *i as f64,
+        _ => return Err(bad(key, format!("expected a number, found `{v}`"))),
+    };
+    Ok(x as f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_apply_in_order_and_name_bad_keys() {
+        let cfg =
+            TrainConfig::load(None, &["trees=3".into(), "solver.loss=logistic".into()]).unwrap();
+        assert_eq!(cfg.trees, 3);
+        assert_eq!(cfg.solver.loss, Loss::Logistic);
+        let err = TrainConfig::load(None, &["tres=3".into()]).unwrap_err();
+        assert!(err.to_string().contains("`tres`"), "{err}");
+        let err = TrainConfig::load(None, &["solver.c=-1".into()]).unwrap_err();
+        assert!(err.to_string().contains("`solver.c`"), "{err}");
+        let err = TrainConfig::load(None, &["trees".into()]).unwrap_err();
+        assert!(matches!(err, ConfigError::BadOverride(_)));
+    }
+
+    #[test]
+    fn file_layer_sits_under_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[train]\ntrees = 2\nmax_leaf = 50\n[train.solver]\nc = 2.0\n",
+        )
+        .unwrap();
+        let cfg = TrainConfig::load(Some(&path), &["trees=4".into()]).unwrap();
+        assert_eq!((cfg.trees, cfg.max_leaf, cfg.solver.c), (4, 50, 2.0));
+        std::fs::write(&path, "[train]\nbranching = \"two\"\n").unwrap();
+        let err = TrainConfig::load(Some(&path), &[]).unwrap_err();
+        assert!(err.to_string().contains("`branching`"), "{err}");
+    }
+}

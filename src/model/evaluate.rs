@@ -1,0 +1,63 @@
+//! Scoring a model on labelled data: one query at a time on this thread, timed.
+
+use super::{Model, PredictOptions, Prediction, QueryError, Scratch};
+use crate::data::Dataset;
+use crate::eval::{self, EvalReport, Evaluator, PropensityParams, QueryStats};
+use std::time::Instant;
+
+/// Predicts every point of `ds` one at a time on the calling thread, feeds the metrics
+/// (propensities from the model's training label counts), and adds the per-query latency
+/// (`latency_us_mean`, `latency_us_p50`, `latency_us_p99`) to the report.
+pub fn evaluate_model(
+    model: &Model,
+    ds: &Dataset,
+    options: &PredictOptions,
+    ks: &[usize],
+) -> Result<EvalReport, (usize, QueryError)> {
+    let props = eval::propensities(
+        model.train_label_counts(),
+        model.train_points(),
+        PropensityParams::DEFAULT,
+    );
+    let mut evaluator = Evaluator::new(ks, &props);
+    let k = ks.iter().copied().max().unwrap_or(5).max(options.k);
+    let opts = PredictOptions { k, ..*options };
+    let mut scratch = Scratch::default();
+    let mut out = Prediction::default();
+    let mut labels = Vec::with_capacity(k);
+    let mut times = Vec::with_capacity(ds.n_points());
+    for i in 0..ds.n_points() {
+        let (idx, val) = ds.feature_row(i);
+        let start = Instant::now();
+        model
+            .predict_into(idx, val, &opts, &mut scratch, &mut out)
+            .map_err(|e| (i, e))?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+        labels.clear();
+        labels.extend(out.labels.iter().map(|l| l.0));
+        evaluator.add(
+            &labels,
+            ds.label_row(i),
+            Some(&out.depths),
+            Some(QueryStats {
+                nodes_evaluated: out.nodes_evaluated,
+                early_stopped: false,
+            }),
+        );
+    }
+    let mut report = evaluator.finish();
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    if n > 0 {
+        let pct = |p: f64| times[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let mean = times.iter().sum::<f64>() / n as f64;
+        report.metrics.insert("latency_us_mean".into(), mean.into());
+        report
+            .metrics
+            .insert("latency_us_p50".into(), pct(0.5).into());
+        report
+            .metrics
+            .insert("latency_us_p99".into(), pct(0.99).into());
+    }
+    Ok(report)
+}

@@ -1,0 +1,83 @@
+//! The model's JSON metadata section.
+
+use super::ModelError;
+use crate::config::TrainConfig;
+use crate::linear::Loss;
+use serde::{Deserialize, Serialize};
+
+/// The value of [`ModelMeta::format`] for xmc models; a bundle with anything else is not one.
+pub const MODEL_FORMAT: &str = "xmc-model";
+
+/// What the bundle's `meta` section holds.
+///
+/// Everything here is a function of the data, the configuration and the seed, except `created`,
+/// which records when and how fast the model was made; two trainings with the same inputs give
+/// bundles that differ only there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    /// Always [`MODEL_FORMAT`].
+    pub format: String,
+    /// The model's name.
+    pub name: String,
+    /// A content hash of every section but this one.
+    pub version: String,
+    /// The number of input features.
+    pub n_features: usize,
+    /// The number of labels.
+    pub n_labels: usize,
+    /// The number of trees in the ensemble.
+    pub trees: usize,
+    /// The loss the classifiers were trained with (it maps scores to probabilities).
+    pub loss: Loss,
+    /// Whether queries are L2-normalized before scoring.
+    pub normalize: bool,
+    /// The default beam width.
+    pub beam: usize,
+    /// Whether a `label_names` section is present.
+    pub has_label_names: bool,
+    /// The full training configuration.
+    pub config: TrainConfig,
+    /// Statistics of the training data.
+    pub train_data: serde_json::Value,
+    /// Held-out quality, when a test file was given at training time.
+    pub heldout: Option<serde_json::Value>,
+    /// Per tree: node count, leaf count, depth histogram, weight count.
+    pub tree_stats: Vec<serde_json::Value>,
+    /// When and how fast the model was made; the only field that differs between reproducible runs.
+    pub created: Created,
+}
+
+/// The non-reproducible part of the metadata.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Created {
+    /// Seconds since the Unix epoch.
+    pub unix_time: u64,
+    /// Wall-clock seconds per training phase.
+    pub seconds: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ModelMeta {
+    /// Checks what the rest of the model relies on.
+    pub fn check(&self) -> Result<(), ModelError> {
+        let fail = |m: String| Err(ModelError::Meta(m));
+        if self.format != MODEL_FORMAT {
+            return fail(format!(
+                "format is `{}`, not `{MODEL_FORMAT}`: this is not an xmc model bundle",
+                self.format
+            ));
+        }
+        if self.trees == 0 {
+            return fail("the model has no trees".into());
+        }
+        if self.n_labels == 0 || self.n_labels > u32::MAX as usize {
+            return fail(format!("bad label count {}", self.n_labels));
+        }
+        if self.n_features > u32::MAX as usize {
+            return fail(format!("bad feature count {}", self.n_features));
+        }
+        if self.beam == 0 {
+            return fail("the default beam is 0".into());
+        }
+        Ok(())
+    }
+}

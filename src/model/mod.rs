@@ -1,0 +1,348 @@
+//! The request path: one immutable model over one bundle, answering `predict(query, options)`.
+//!
+//! [`Model`] composes the stage views stored in a bundle: today the label trees of an ensemble
+//! (a flat one-vs-all model is a tree whose root is its only leaf). It is validated once, at open;
+//! after that a prediction only reads the memory map, and with a warm [`Scratch`] it allocates
+//! nothing.
+
+pub mod evaluate;
+mod meta;
+mod query;
+
+pub use meta::{Created, MODEL_FORMAT, ModelMeta};
+pub use query::QueryError;
+
+use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
+use crate::data::LabelId;
+use crate::linear::Loss;
+use crate::tree::chunk::Chunks;
+use crate::tree::view::{SearchScratch, TreeArrays, TreeViewError};
+use std::path::Path;
+use thiserror::Error;
+
+/// A tree whose arrays are memory-mapped bundle sections.
+pub type MappedTree = TreeArrays<Section<u32>, Section<f32>>;
+
+/// Why a bundle could not be opened as a model.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The container itself is bad.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The metadata is not an xmc model's.
+    #[error("bundle metadata: {0}")]
+    Meta(String),
+    /// A tree's arrays are inconsistent.
+    #[error("tree {tree}: {source}")]
+    Tree {
+        /// The tree's index in the ensemble.
+        tree: usize,
+        /// What is wrong.
+        source: TreeViewError,
+    },
+}
+
+/// Per-request options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PredictOptions {
+    /// How many labels to return.
+    pub k: usize,
+    /// The beam width of the search (`None`: the model's default).
+    pub beam: Option<usize>,
+}
+
+impl Default for PredictOptions {
+    fn default() -> Self {
+        PredictOptions { k: 5, beam: None }
+    }
+}
+
+/// One answer: the top labels best first, their scores (probabilities averaged over the
+/// ensemble), and what the search did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Prediction {
+    /// Labels, best first.
+    pub labels: Vec<LabelId>,
+    /// Their scores, in `[0, 1]`.
+    pub scores: Vec<f32>,
+    /// Per returned label, its depth in the tree (its leaf's depth + 1; the deepest over the
+    /// trees of an ensemble).
+    pub depths: Vec<u32>,
+    /// The depth of the deepest returned label.
+    pub depth: u32,
+    /// Node classifiers evaluated, over all trees.
+    pub nodes_evaluated: u32,
+}
+
+/// Reusable per-thread buffers for [`Model::predict_into`].
+#[derive(Debug, Default)]
+pub struct Scratch {
+    dense: Vec<f32>,
+    q_idx: Vec<u32>,
+    q_val: Vec<f32>,
+    search: SearchScratch,
+    merged: Vec<(u32, f32, u32)>,
+}
+
+/// A loaded, validated model.
+pub struct Model {
+    bundle: Bundle,
+    meta: ModelMeta,
+    trees: Vec<MappedTree>,
+    label_names: Option<Vec<String>>,
+    train_counts: Section<u32>,
+    train_points: usize,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("name", &self.meta.name)
+            .field("version", &self.meta.version)
+            .field("trees", &self.trees.len())
+            .finish()
+    }
+}
+
+/// The section name of array `array` of tree `t`.
+pub fn tree_section(t: usize, array: &str) -> String {
+    format!("tree.{t}.{array}")
+}
+
+impl Model {
+    /// Opens and validates the bundle at `path`.
+    pub fn open(path: &Path, options: &OpenOptions) -> Result<Model, ModelError> {
+        Model::from_bundle(Bundle::open(path, options)?)
+    }
+
+    /// Validates an opened bundle as a model: metadata, then every tree's topology and weights.
+    pub fn from_bundle(bundle: Bundle) -> Result<Model, ModelError> {
+        let meta: ModelMeta = bundle.json("meta")?;
+        meta.check()?;
+        let mut trees = Vec::with_capacity(meta.trees);
+        for t in 0..meta.trees {
+            let u = |a: &str| bundle.u32s(&tree_section(t, a));
+            let f = |a: &str| bundle.f32s(&tree_section(t, a));
+            let tree = TreeArrays {
+                node_info: u("node_info")?,
+                out_start: u("out_start")?,
+                out_ids: u("out_ids")?,
+                out_bias: f("out_bias")?,
+                chunks: Chunks {
+                    feat_start: u("chunk.feat_start")?,
+                    feat: u("chunk.feat")?,
+                    entry_start: u("chunk.entry_start")?,
+                    entry_out: u("chunk.entry_out")?,
+                    entry_weight: f("chunk.entry_weight")?,
+                },
+            };
+            tree.validate(meta.n_labels, meta.n_features)
+                .map_err(|source| ModelError::Tree { tree: t, source })?;
+            trees.push(tree);
+        }
+        let label_names = if meta.has_label_names {
+            let names: Vec<String> = bundle.json("label_names")?;
+            if names.len() != meta.n_labels {
+                return Err(ModelError::Meta(format!(
+                    "{} label names for {} labels",
+                    names.len(),
+                    meta.n_labels
+                )));
+            }
+            Some(names)
+        } else {
+            None
+        };
+        let train_counts = bundle.u32s("labels.train_count")?;
+        if train_counts.len() != meta.n_labels {
+            return Err(ModelError::Meta(format!(
+                "labels.train_count has {} entries for {} labels",
+                train_counts.len(),
+                meta.n_labels
+            )));
+        }
+        let train_points = meta
+            .train_data
+            .get("n")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0) as usize;
+        Ok(Model {
+            bundle,
+            meta,
+            trees,
+            label_names,
+            train_counts,
+            train_points,
+        })
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &ModelMeta {
+        &self.meta
+    }
+
+    /// The underlying bundle (for section sizes and checksums).
+    pub fn bundle(&self) -> &Bundle {
+        &self.bundle
+    }
+
+    /// The trees of the ensemble.
+    pub fn trees(&self) -> &[MappedTree] {
+        &self.trees
+    }
+
+    /// The label names, when the model has them.
+    pub fn label_names(&self) -> Option<&[String]> {
+        self.label_names.as_deref()
+    }
+
+    /// Predicts the top labels for one query given as feature ids and values (any order;
+    /// duplicates are summed). Fails, without panicking, on an out-of-range id or a non-finite
+    /// value.
+    pub fn predict_into(
+        &self,
+        idx: &[u32],
+        val: &[f32],
+        options: &PredictOptions,
+        scratch: &mut Scratch,
+        out: &mut Prediction,
+    ) -> Result<(), QueryError> {
+        query::prepare(
+            idx,
+            val,
+            self.meta.n_features,
+            self.meta.normalize,
+            &mut scratch.q_idx,
+            &mut scratch.q_val,
+        )?;
+        if scratch.dense.len() < self.meta.n_features {
+            scratch.dense.resize(self.meta.n_features, 0.0);
+        }
+        for (&i, &v) in scratch.q_idx.iter().zip(&scratch.q_val) {
+            scratch.dense[i as usize] = v;
+        }
+        let beam = options.beam.unwrap_or(self.meta.beam);
+        let loss = self.meta.loss;
+        let mut nodes = 0;
+        scratch.merged.clear();
+        for tree in &self.trees {
+            let stats = tree.borrowed().beam_search(
+                &scratch.q_idx,
+                &scratch.q_val,
+                &scratch.dense,
+                loss,
+                beam,
+                &mut scratch.search,
+            );
+            nodes += stats.nodes_evaluated;
+            scratch.merged.extend(
+                scratch
+                    .search
+                    .candidates
+                    .iter()
+                    .map(|&(l, logp, d)| (l, logp.exp(), d)),
+            );
+        }
+        for &i in &scratch.q_idx {
+            scratch.dense[i as usize] = 0.0;
+        }
+        average_over_trees(&mut scratch.merged, self.trees.len());
+        top_k(&mut scratch.merged, options.k, out);
+        out.nodes_evaluated = nodes;
+        Ok(())
+    }
+
+    /// Convenience wrapper around [`Model::predict_into`] that allocates.
+    pub fn predict(
+        &self,
+        idx: &[u32],
+        val: &[f32],
+        options: &PredictOptions,
+    ) -> Result<Prediction, QueryError> {
+        let mut out = Prediction::default();
+        self.predict_into(idx, val, options, &mut Scratch::default(), &mut out)?;
+        Ok(out)
+    }
+
+    /// Training points per label (for propensities and rare-label handling).
+    pub fn train_label_counts(&self) -> &[u32] {
+        &self.train_counts
+    }
+
+    /// The number of training points (0 when the metadata does not say).
+    pub fn train_points(&self) -> usize {
+        self.train_points
+    }
+
+    /// The model's loss (it maps classifier scores to log-probabilities).
+    pub fn loss(&self) -> Loss {
+        self.meta.loss
+    }
+}
+
+/// Merges `(label, probability, depth)` candidates of several trees into one entry per label with
+/// the mean probability over `n_trees` (a tree that did not reach a label contributes 0).
+fn average_over_trees(cands: &mut Vec<(u32, f32, u32)>, n_trees: usize) {
+    if n_trees <= 1 {
+        return;
+    }
+    cands.sort_unstable_by_key(|c| c.0);
+    let mut w = 0;
+    for r in 0..cands.len() {
+        if w > 0 && cands[w - 1].0 == cands[r].0 {
+            cands[w - 1].1 += cands[r].1;
+            cands[w - 1].2 = cands[w - 1].2.max(cands[r].2);
+        } else {
+            cands[w] = cands[r];
+            w += 1;
+        }
+    }
+    cands.truncate(w);
+    let inv = 1.0 / n_trees as f32;
+    for c in cands.iter_mut() {
+        c.1 *= inv;
+    }
+}
+
+/// Writes the `k` best candidates, best first (ties broken by label id), into `out`.
+fn top_k(cands: &mut [(u32, f32, u32)], k: usize, out: &mut Prediction) {
+    let order = |a: &(u32, f32, u32), b: &(u32, f32, u32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let k = k.min(cands.len());
+    if k > 0 && k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, order);
+    }
+    let best = &mut cands[..k];
+    best.sort_unstable_by(order);
+    out.labels.clear();
+    out.scores.clear();
+    out.depths.clear();
+    out.labels.extend(best.iter().map(|c| LabelId(c.0)));
+    out.scores.extend(best.iter().map(|c| c.1));
+    out.depths.extend(best.iter().map(|c| c.2));
+    out.depth = best.iter().map(|c| c.2).max().unwrap_or(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ensemble_average_counts_missing_as_zero() {
+        let mut c = vec![(3, 0.5, 2), (1, 0.2, 3), (3, 0.3, 4)];
+        average_over_trees(&mut c, 2);
+        assert_eq!(c, vec![(1, 0.1, 3), (3, 0.4, 4)]);
+    }
+
+    #[test]
+    fn top_k_orders_and_breaks_ties_by_label() {
+        let mut c = vec![(5, 0.2, 1), (2, 0.9, 3), (4, 0.2, 2), (1, 0.1, 7)];
+        let mut out = Prediction::default();
+        top_k(&mut c, 3, &mut out);
+        assert_eq!(out.labels, vec![LabelId(2), LabelId(4), LabelId(5)]);
+        assert_eq!(out.scores, vec![0.9, 0.2, 0.2]);
+        assert_eq!(out.depth, 3);
+        assert_eq!(out.depths, vec![3, 2, 1]);
+        top_k(&mut c, 10, &mut out);
+        assert_eq!(out.labels.len(), 4);
+    }
+}

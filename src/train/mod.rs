@@ -1,0 +1,278 @@
+//! The trainer: composes the stage trainers and writes one bundle.
+//!
+//! For each tree of the ensemble: PIFA label embeddings, the balanced label partition, then the
+//! node classifiers ([`crate::tree::train`]). A flat model is a single-leaf tree. The arrays go into
+//! one bundle with a JSON `meta` section, written atomically.
+
+use crate::bundle::{BundleWriter, FormatError};
+use crate::config::{ModelKind, TrainConfig};
+use crate::data::{Dataset, LabelId};
+use crate::model::{Created, MODEL_FORMAT, ModelMeta, tree_section};
+use crate::tree::TreeError;
+use crate::tree::build::{TreeParams, build_tree, pifa_embeddings};
+use crate::tree::layout::TreeLayout;
+use crate::tree::train::{TreeTrainError, train_tree};
+use crate::tree::view::TreeArrays;
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+use thiserror::Error;
+
+/// Why training failed.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    /// The data cannot train a model.
+    #[error("training data: {0}")]
+    Data(String),
+    /// A tree failed to train.
+    #[error("tree {tree}: {source}")]
+    Tree {
+        /// The tree's index.
+        tree: usize,
+        /// Why.
+        source: TreeTrainError,
+    },
+    /// The label tree could not be built.
+    #[error("building the label tree: {0}")]
+    Layout(#[from] TreeError),
+    /// The bundle could not be written.
+    #[error(transparent)]
+    Bundle(#[from] FormatError),
+}
+
+/// Progress callbacks, so the CLI can show bars and tests can stay quiet.
+pub trait Progress: Sync {
+    /// A phase starts with `total` steps.
+    fn phase(&self, name: &str, total: u64);
+    /// One step of the current phase is done.
+    fn step(&self);
+}
+
+/// A [`Progress`] that shows nothing.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn phase(&self, _: &str, _: u64) {}
+    fn step(&self) {}
+}
+
+/// What training produced, before it is written.
+#[derive(Debug)]
+pub struct Trained {
+    /// The trees' arrays.
+    pub trees: Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+    /// Training-set count of each label (for propensities and rare-label handling).
+    pub label_counts: Vec<u32>,
+    /// Label names, when known.
+    pub label_names: Option<Vec<String>>,
+    /// The metadata; the caller may add held-out metrics and timings before writing.
+    pub meta: ModelMeta,
+}
+
+impl Trained {
+    /// Lays the model out as a bundle; the writer borrows the arrays.
+    pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
+        let mut w = BundleWriter::new();
+        add_arrays(&mut w, &self.trees, &self.label_counts)?;
+        if let Some(names) = &self.label_names {
+            w.add_json("label_names", names)?;
+        }
+        w.add_json("meta", &self.meta)?;
+        Ok(w)
+    }
+
+    /// The bundle's bytes, e.g. to open the model in memory before writing it.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
+        self.writer()?.to_bytes()
+    }
+
+    /// Writes the bundle atomically to `path`, returning its size in bytes.
+    pub fn write(&self, path: &std::path::Path) -> Result<u64, FormatError> {
+        self.writer()?.write_atomic(path)
+    }
+}
+
+/// Extra, optional inputs of a training run.
+#[derive(Debug, Default)]
+pub struct TrainInputs {
+    /// Label names, one per label.
+    pub label_names: Option<Vec<String>>,
+    /// Statistics of the training file, recorded in the metadata.
+    pub train_stats: serde_json::Value,
+}
+
+/// The training-set count of every label.
+pub fn label_counts(ds: &Dataset) -> Vec<u32> {
+    let mut counts = vec![0u32; ds.n_labels()];
+    for &l in ds.labels.indices() {
+        counts[l as usize] = counts[l as usize].saturating_add(1);
+    }
+    counts
+}
+
+/// Trains a model on `ds` (rows already normalized if the config says so) and lays out its bundle.
+/// `heldout` is filled in later by the caller if it evaluates on a test file.
+pub fn train(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    inputs: TrainInputs,
+    progress: &dyn Progress,
+) -> Result<Trained, TrainError> {
+    if ds.n_labels() == 0 {
+        return Err(TrainError::Data("the data has no labels (L = 0)".into()));
+    }
+    if ds.n_points() == 0 {
+        return Err(TrainError::Data("the data has no points".into()));
+    }
+    if let Some(names) = &inputs.label_names {
+        if names.len() != ds.n_labels() {
+            return Err(TrainError::Data(format!(
+                "{} label names for {} labels",
+                names.len(),
+                ds.n_labels()
+            )));
+        }
+    }
+    let mut seconds = serde_json::Map::new();
+    let mut trees = Vec::with_capacity(cfg.trees);
+    let mut tree_stats = Vec::with_capacity(cfg.trees);
+    for t in 0..cfg.trees {
+        let seed = cfg
+            .seed
+            .wrapping_add(t as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let start = Instant::now();
+        let layout = match cfg.model {
+            ModelKind::Flat => single_leaf(ds.n_labels())?,
+            ModelKind::Tree => {
+                progress.phase(&format!("tree {t}: label partition"), 1);
+                let emb = pifa_embeddings(ds);
+                let params = TreeParams {
+                    branching: cfg.branching,
+                    max_leaf: cfg.max_leaf,
+                    seed,
+                    ..TreeParams::DEFAULT
+                };
+                let layout = build_tree(&emb, &params)?;
+                progress.step();
+                layout
+            }
+        };
+        seconds.insert(
+            format!("tree{t}_partition"),
+            start.elapsed().as_secs_f64().into(),
+        );
+        let start = Instant::now();
+        progress.phase(&format!("tree {t}: classifiers"), layout.n_nodes() as u64);
+        let solver = crate::linear::SolverParams { seed, ..cfg.solver };
+        let arrays = train_tree(ds, &layout, &solver, &|| progress.step())
+            .map_err(|source| TrainError::Tree { tree: t, source })?;
+        seconds.insert(
+            format!("tree{t}_classifiers"),
+            start.elapsed().as_secs_f64().into(),
+        );
+        tree_stats.push(serde_json::json!({
+            "nodes": layout.n_nodes(),
+            "leaves": (0..layout.n_nodes()).filter(|&i| layout.is_leaf(i)).count(),
+            "leaf_depth_histogram": layout
+                .depth_histogram()
+                .iter()
+                .map(|d| d.leaves)
+                .collect::<Vec<_>>(),
+            "weights": arrays.chunks.n_weights(),
+        }));
+        trees.push(arrays);
+    }
+    let label_counts = label_counts(ds);
+    let version = content_hash(&trees, &label_counts, inputs.label_names.as_deref())?;
+    let meta = ModelMeta {
+        format: MODEL_FORMAT.to_string(),
+        name: if cfg.name.is_empty() {
+            "xmc-model".to_string()
+        } else {
+            cfg.name.clone()
+        },
+        version,
+        n_features: ds.n_features(),
+        n_labels: ds.n_labels(),
+        trees: cfg.trees,
+        loss: cfg.solver.loss,
+        normalize: cfg.normalize,
+        beam: cfg.beam,
+        has_label_names: inputs.label_names.is_some(),
+        config: cfg.clone(),
+        train_data: if inputs.train_stats.is_null() {
+            serde_json::to_value(crate::data::DataStats::of(ds)).unwrap_or_default()
+        } else {
+            inputs.train_stats
+        },
+        heldout: None,
+        tree_stats,
+        created: Created {
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            seconds,
+        },
+    };
+    Ok(Trained {
+        trees,
+        label_counts,
+        label_names: inputs.label_names,
+        meta,
+    })
+}
+
+/// The layout of a flat model: the root is the only node, a leaf holding every label.
+fn single_leaf(n_labels: usize) -> Result<TreeLayout, TreeError> {
+    let n = u32::try_from(n_labels).map_err(|_| TreeError::InvalidParam {
+        name: "n_labels",
+        reason: format!("{n_labels} labels do not fit u32 ids"),
+    })?;
+    TreeLayout::from_parts(
+        vec![0],
+        vec![0],
+        vec![0],
+        vec![0, n],
+        (0..n).map(LabelId).collect(),
+        n_labels,
+    )
+}
+
+/// Adds every model array (all but `meta` and `label_names`) to `w`.
+fn add_arrays<'a>(
+    w: &mut BundleWriter<'a>,
+    trees: &'a [TreeArrays<Vec<u32>, Vec<f32>>],
+    label_counts: &'a [u32],
+) -> Result<(), FormatError> {
+    w.add_u32("labels.train_count", label_counts)?;
+    for (t, a) in trees.iter().enumerate() {
+        let s = |name: &str| tree_section(t, name);
+        w.add_u32(&s("node_info"), &a.node_info)?;
+        w.add_u32(&s("out_start"), &a.out_start)?;
+        w.add_u32(&s("out_ids"), &a.out_ids)?;
+        w.add_f32(&s("out_bias"), &a.out_bias)?;
+        w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
+        w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
+        w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
+        w.add_u32(&s("chunk.entry_out"), &a.chunks.entry_out)?;
+        w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
+    }
+    Ok(())
+}
+
+/// The model's version: a content hash of every section but `meta`.
+fn content_hash(
+    trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
+    label_counts: &[u32],
+    label_names: Option<&[String]>,
+) -> Result<String, FormatError> {
+    let mut w = BundleWriter::new();
+    add_arrays(&mut w, trees, label_counts)?;
+    if let Some(names) = label_names {
+        w.add_json("label_names", names)?;
+    }
+    let digest = Sha256::digest(w.to_bytes()?);
+    Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,386 @@
+//! Node classifiers stored feature-major: the masked sparse chunk.
+//!
+//! A tree node holds one linear classifier per output: per child for an internal node, per label for
+//! a leaf. Scoring a node for a sparse query only needs the weights of the query's features, so
+//! each node's weights are stored as one *chunk* keyed by sorted feature id: for every feature that
+//! any output uses, the list of `(output, weight)` pairs. This is the masked sparse chunk layout of
+//! PECOS. A query then touches only the features it shares with the chunk.
+//!
+//! All nodes' chunks of one tree live in five flat arrays, so they can be stored as bundle sections
+//! and read straight from the memory map:
+//!
+//! | array | length | meaning |
+//! | --- | --- | --- |
+//! | `feat_start` | nodes + 1 | node `i`'s features are `feat[feat_start[i]..feat_start[i + 1]]` |
+//! | `feat` | features in all chunks | feature ids, strictly increasing within a node |
+//! | `entry_start` | `feat.len()` + 1 | feature position `p`'s entries are `entry_start[p]..entry_start[p + 1]` |
+//! | `entry_out` | entries | the output (child or label position) within the node |
+//! | `entry_weight` | entries | the weight |
+//!
+//! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
+
+use thiserror::Error;
+
+/// How many chunk features per query feature make a linear scan of the chunk slower than a
+/// binary search per query feature. Measured by `benches/predict.rs` (scan vs. search).
+const SCAN_FACTOR: usize = 8;
+
+/// Why stored chunk arrays were refused.
+#[derive(Debug, Error, PartialEq)]
+pub enum ChunkError {
+    /// An array has the wrong length for the others.
+    #[error("chunk array `{array}` has length {found}, expected {expected}")]
+    Length {
+        /// The array's name.
+        array: &'static str,
+        /// Its length.
+        found: usize,
+        /// The length it must have.
+        expected: usize,
+    },
+    /// Offsets must start at 0, never decrease, and end at the array they index.
+    #[error("chunk offsets `{array}` are not a valid prefix sum at position {at}")]
+    Offsets {
+        /// The offsets array's name.
+        array: &'static str,
+        /// The first bad position.
+        at: usize,
+    },
+    /// Feature ids in a node must be strictly increasing and below the feature count.
+    #[error("node {node}: feature id {feature} is out of order or not below {n_features}")]
+    Feature {
+        /// The node.
+        node: usize,
+        /// The bad feature id.
+        feature: u32,
+        /// The model's feature count.
+        n_features: usize,
+    },
+    /// An entry names an output the node does not have.
+    #[error("node {node}: entry output {output} is not below the node's {n_outputs} outputs")]
+    Output {
+        /// The node.
+        node: usize,
+        /// The bad output index.
+        output: u32,
+        /// The node's number of outputs.
+        n_outputs: usize,
+    },
+    /// A weight is NaN or infinite.
+    #[error("node {node}: a weight is not finite")]
+    Weight {
+        /// The node.
+        node: usize,
+    },
+    /// The arrays grew past what `u32` offsets can address.
+    #[error(
+        "the chunk arrays hold more than u32::MAX entries; train a smaller model or prune more"
+    )]
+    TooLarge,
+}
+
+/// The chunk arrays of all nodes of one tree, generic over the storage (owned `Vec`s while
+/// training, memory-mapped sections when serving).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chunks<U, F> {
+    /// Per node, the start of its features in `feat` (length nodes + 1).
+    pub feat_start: U,
+    /// Sorted feature ids per node.
+    pub feat: U,
+    /// Per feature position, the start of its entries (length `feat.len()` + 1).
+    pub entry_start: U,
+    /// Output index of each entry.
+    pub entry_out: U,
+    /// Weight of each entry.
+    pub entry_weight: F,
+}
+
+/// Chunks under construction.
+pub type ChunksBuilder = Chunks<Vec<u32>, Vec<f32>>;
+
+impl ChunksBuilder {
+    /// An empty builder, ready for node 0.
+    pub fn new() -> Self {
+        Chunks {
+            feat_start: vec![0],
+            feat: Vec::new(),
+            entry_start: vec![0],
+            entry_out: Vec::new(),
+            entry_weight: Vec::new(),
+        }
+    }
+
+    /// Appends the next node's chunk from its outputs' sparse weight vectors, each given as
+    /// sorted feature ids and weights.
+    pub fn push_node<'a, I>(&mut self, outputs: I) -> Result<(), ChunkError>
+    where
+        I: IntoIterator<Item = (&'a [u32], &'a [f32])>,
+    {
+        let mut triples: Vec<(u32, u32, f32)> = Vec::new();
+        for (out, (idx, val)) in outputs.into_iter().enumerate() {
+            let out = u32::try_from(out).map_err(|_| ChunkError::TooLarge)?;
+            triples.extend(idx.iter().zip(val).map(|(&f, &w)| (f, out, w)));
+        }
+        // Sort by feature, then output: entries of a feature come out in output order.
+        triples.sort_unstable_by_key(|&(f, o, _)| (f, o));
+        for (f, o, w) in triples {
+            if self.feat.len() == self.feat_start_last() || self.feat.last() != Some(&f) {
+                self.feat.push(f);
+                self.entry_start.push(self.entry_start_last());
+            }
+            self.entry_out.push(o);
+            self.entry_weight.push(w);
+            *self
+                .entry_start
+                .last_mut()
+                .expect("entry_start is never empty") =
+                u32::try_from(self.entry_out.len()).map_err(|_| ChunkError::TooLarge)?;
+        }
+        self.feat_start
+            .push(u32::try_from(self.feat.len()).map_err(|_| ChunkError::TooLarge)?);
+        Ok(())
+    }
+
+    fn feat_start_last(&self) -> usize {
+        *self.feat_start.last().expect("feat_start is never empty") as usize
+    }
+
+    fn entry_start_last(&self) -> u32 {
+        *self.entry_start.last().expect("entry_start is never empty")
+    }
+}
+
+impl<U, F> Chunks<U, F>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+{
+    /// The number of nodes.
+    pub fn n_nodes(&self) -> usize {
+        self.feat_start.len().saturating_sub(1)
+    }
+
+    /// The same chunks over plain slices (see [`super::view::TreeArrays::borrowed`]).
+    pub fn borrowed(&self) -> Chunks<&[u32], &[f32]> {
+        Chunks {
+            feat_start: &self.feat_start,
+            feat: &self.feat,
+            entry_start: &self.entry_start,
+            entry_out: &self.entry_out,
+            entry_weight: &self.entry_weight,
+        }
+    }
+
+    /// The number of stored weights.
+    pub fn n_weights(&self) -> usize {
+        self.entry_weight.len()
+    }
+
+    /// Checks every offset, feature id, output index and weight, given each node's output count.
+    /// After this succeeds, [`Chunks::score`] cannot index out of bounds for queries whose feature
+    /// ids are below `n_features`.
+    pub fn validate(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
+        let expect_len = |array, found, expected| {
+            if found == expected {
+                Ok(())
+            } else {
+                Err(ChunkError::Length {
+                    array,
+                    found,
+                    expected,
+                })
+            }
+        };
+        expect_len("feat_start", self.feat_start.len(), n_outputs.len() + 1)?;
+        check_offsets("feat_start", &self.feat_start, self.feat.len())?;
+        expect_len("entry_start", self.entry_start.len(), self.feat.len() + 1)?;
+        check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
+        expect_len(
+            "entry_weight",
+            self.entry_weight.len(),
+            self.entry_out.len(),
+        )?;
+        for (node, &m) in n_outputs.iter().enumerate() {
+            let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
+            let mut prev: Option<u32> = None;
+            for p in feats {
+                let f = self.feat[p];
+                if prev.is_some_and(|q| q >= f) || f as usize >= n_features {
+                    return Err(ChunkError::Feature {
+                        node,
+                        feature: f,
+                        n_features,
+                    });
+                }
+                prev = Some(f);
+                let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
+                for e in entries {
+                    if self.entry_out[e] as usize >= m {
+                        return Err(ChunkError::Output {
+                            node,
+                            output: self.entry_out[e],
+                            n_outputs: m,
+                        });
+                    }
+                    if !self.entry_weight[e].is_finite() {
+                        return Err(ChunkError::Weight { node });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds node `node`'s weights times the query to `acc` (one slot per output).
+    ///
+    /// `q_idx`/`q_val` is the query, sorted by feature id; `dense` holds the same query as a dense
+    /// vector (zero elsewhere) of at least the model's feature count. Small chunks are scanned and
+    /// looked up in `dense` ([`Chunks::score_scan`]); large ones are searched once per query
+    /// feature ([`Chunks::score_search`]).
+    #[inline]
+    pub fn score(&self, node: usize, q_idx: &[u32], q_val: &[f32], dense: &[f32], acc: &mut [f32]) {
+        let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+        if n_feats <= SCAN_FACTOR * q_idx.len() {
+            self.score_scan(node, dense, acc);
+        } else {
+            self.score_search(node, q_idx, q_val, acc);
+        }
+    }
+
+    /// [`Chunks::score`] by one pass over the chunk's features, each looked up in the dense query.
+    #[inline]
+    pub fn score_scan(&self, node: usize, dense: &[f32], acc: &mut [f32]) {
+        let start = self.feat_start[node] as usize;
+        let feats = &self.feat[start..self.feat_start[node + 1] as usize];
+        for (p, &f) in feats.iter().enumerate() {
+            let x = dense.get(f as usize).copied().unwrap_or(0.0);
+            if x != 0.0 {
+                self.add_entries(start + p, x, acc);
+            }
+        }
+    }
+
+    /// [`Chunks::score`] by merging the sorted query into the chunk's sorted features, with a
+    /// binary search over the rest of the chunk per query feature.
+    #[inline]
+    pub fn score_search(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
+        let start = self.feat_start[node] as usize;
+        let feats = &self.feat[start..self.feat_start[node + 1] as usize];
+        let mut lo = 0;
+        for (&f, &x) in q_idx.iter().zip(q_val) {
+            if lo >= feats.len() {
+                break;
+            }
+            match feats[lo..].binary_search(&f) {
+                Ok(p) => {
+                    self.add_entries(start + lo + p, x, acc);
+                    lo += p + 1;
+                }
+                Err(p) => lo += p,
+            }
+        }
+    }
+
+    #[inline]
+    fn add_entries(&self, pos: usize, x: f32, acc: &mut [f32]) {
+        let entries = self.entry_start[pos] as usize..self.entry_start[pos + 1] as usize;
+        for (&o, &w) in self.entry_out[entries.clone()]
+            .iter()
+            .zip(&self.entry_weight[entries])
+        {
+            if let Some(slot) = acc.get_mut(o as usize) {
+                *slot += w * x;
+            }
+        }
+    }
+}
+
+fn check_offsets(array: &'static str, offsets: &[u32], end: usize) -> Result<(), ChunkError> {
+    if offsets.first() != Some(&0) {
+        return Err(ChunkError::Offsets { array, at: 0 });
+    }
+    if let Some(at) = offsets.windows(2).position(|w| w[0] > w[1]) {
+        return Err(ChunkError::Offsets { array, at: at + 1 });
+    }
+    if offsets.last().map(|&x| x as usize) != Some(end) {
+        return Err(ChunkError::Offsets {
+            array,
+            at: offsets.len() - 1,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_nodes() -> ChunksBuilder {
+        let mut b = ChunksBuilder::new();
+        // Node 0: two outputs. Output 0 uses features 1 and 5, output 1 uses 5 and 7.
+        b.push_node([(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])])
+            .unwrap();
+        // Node 1: three outputs, output 1 empty.
+        b.push_node([(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])])
+            .unwrap();
+        b
+    }
+
+    #[test]
+    fn builder_lays_out_feature_major() {
+        let b = two_nodes();
+        assert_eq!(b.feat_start, vec![0, 3, 5]);
+        assert_eq!(b.feat, vec![1, 5, 7, 0, 9]);
+        assert_eq!(b.entry_start, vec![0, 1, 3, 4, 5, 6]);
+        assert_eq!(b.entry_out, vec![0, 0, 1, 1, 0, 2]);
+        assert_eq!(b.entry_weight, vec![1.0, 2.0, 3.0, 4.0, 0.5, -1.0]);
+        b.validate(&[2, 3], 10).unwrap();
+    }
+
+    #[test]
+    fn scan_and_search_agree() {
+        let b = two_nodes();
+        let q_idx = [1u32, 5, 9];
+        let q_val = [2.0f32, 1.0, 3.0];
+        let mut dense = vec![0.0; 10];
+        for (&i, &v) in q_idx.iter().zip(&q_val) {
+            dense[i as usize] = v;
+        }
+        let mut acc = vec![0.0; 2];
+        b.score(0, &q_idx, &q_val, &dense, &mut acc);
+        assert_eq!(acc, vec![1.0 * 2.0 + 2.0 * 1.0, 3.0 * 1.0]);
+        // A one-feature query over a larger chunk takes the binary-search path.
+        let mut big = ChunksBuilder::new();
+        let idx: Vec<u32> = (0..100).collect();
+        let val: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        big.push_node([(&idx[..], &val[..])]).unwrap();
+        let mut dense = vec![0.0; 100];
+        dense[42] = 2.0;
+        let mut acc = vec![0.0; 1];
+        big.score(0, &[42], &[2.0], &dense, &mut acc);
+        assert_eq!(acc, vec![84.0]);
+    }
+
+    #[test]
+    fn validate_refuses_bad_arrays() {
+        let b = two_nodes();
+        assert!(matches!(
+            b.validate(&[2, 3], 8),
+            Err(ChunkError::Feature { feature: 9, .. })
+        ));
+        assert!(matches!(
+            b.validate(&[2, 2], 10),
+            Err(ChunkError::Output { output: 2, .. })
+        ));
+        let mut bad = b.clone();
+        bad.entry_start[2] = 7;
+        assert!(bad.validate(&[2, 3], 10).is_err());
+        let mut bad = b.clone();
+        bad.entry_weight[0] = f32::NAN;
+        assert_eq!(
+            bad.validate(&[2, 3], 10),
+            Err(ChunkError::Weight { node: 0 })
+        );
+        assert!(b.validate(&[2], 10).is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! The label-tree model end to end: train on vendored real data, write the bundle, open it, predict.
+// Helpers outside #[test] functions unwrap too: this is test code.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use xmc::bundle::{Bundle, OpenOptions};
+use xmc::config::TrainConfig;
+use xmc::data::{self, Dataset};
+use xmc::model::{Model, PredictOptions};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
+
+fn vendored(set: &str, split: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(set)
+        .join(format!("{split}.txt.gz"))
+}
+
+fn load(set: &str, split: &str) -> Dataset {
+    let mut ds = data::read_xc_file(&vendored(set, split)).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    ds
+}
+
+fn train_with(ds: &Dataset, overrides: &[&str]) -> Trained {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    let cfg = TrainConfig::load(None, &overrides).unwrap();
+    train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+}
+
+fn p_at_1(model: &Model, ds: &Dataset) -> f64 {
+    let mut hits = 0;
+    for i in 0..ds.n_points() {
+        let (idx, val) = ds.feature_row(i);
+        let p = model.predict(idx, val, &PredictOptions::default()).unwrap();
+        if let Some(top) = p.labels.first() {
+            hits += usize::from(ds.label_row(i).contains(&top.0));
+        }
+    }
+    hits as f64 / ds.n_points() as f64
+}
+
+#[test]
+fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let trained = train_with(&train, &["max_leaf=20"]);
+    let bytes = trained.to_bytes().unwrap();
+    let model = Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap();
+    assert_eq!(model.meta().n_labels, 374);
+    let p1 = p_at_1(&model, &test);
+    // The most frequent label alone scores about 0.13 on this split; a trained tree does far better.
+    assert!(p1 > 0.2, "P@1 = {p1}");
+
+    let q = test.feature_row(0);
+    let p = model
+        .predict(q.0, q.1, &PredictOptions { k: 5, beam: None })
+        .unwrap();
+    assert_eq!(p.labels.len(), 5);
+    assert!(p.scores.windows(2).all(|w| w[0] >= w[1]), "{:?}", p.scores);
+    assert!(p.scores.iter().all(|s| (0.0..=1.0).contains(s)));
+    assert!(p.nodes_evaluated > 0 && p.depth > 0);
+}
+
+#[test]
+fn same_config_and_seed_give_identical_bundles_but_for_the_timestamp() {
+    let ds = load("Corel5k", "train");
+    let a = train_with(&ds, &["max_leaf=30", "seed=3"]);
+    let b = train_with(&ds, &["max_leaf=30", "seed=3"]);
+    let (ba, bb) = (a.to_bytes().unwrap(), b.to_bytes().unwrap());
+    let (oa, ob) = (
+        Bundle::from_bytes(&ba).unwrap(),
+        Bundle::from_bytes(&bb).unwrap(),
+    );
+    let names: Vec<_> = oa.sections().iter().map(|s| s.name.clone()).collect();
+    assert_eq!(
+        names,
+        ob.sections()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect::<Vec<_>>()
+    );
+    for (sa, sb) in oa.sections().iter().zip(ob.sections()) {
+        if sa.name == "meta" {
+            continue;
+        }
+        let raw =
+            |bytes: &[u8], off: u64, len: u64| bytes[off as usize..(off + len) as usize].to_vec();
+        assert_eq!(
+            raw(&ba, sa.offset, sa.byte_len),
+            raw(&bb, sb.offset, sb.byte_len),
+            "section {}",
+            sa.name
+        );
+    }
+    let strip = |b: &Bundle| {
+        let mut v: serde_json::Value = b.json("meta").unwrap();
+        v.as_object_mut().unwrap().remove("created");
+        v
+    };
+    assert_eq!(strip(&oa), strip(&ob));
+    // A different seed changes the model.
+    let c = train_with(&ds, &["max_leaf=30", "seed=4"]);
+    assert_ne!(a.meta.version, c.meta.version);
+}
+
+#[test]
+fn ensemble_and_flat_models_predict() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    for overrides in [&["trees=2", "max_leaf=40"][..], &["model=flat"][..]] {
+        let trained = train_with(&train, overrides);
+        let model =
+            Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
+        let p1 = p_at_1(&model, &test);
+        assert!(p1 > 0.2, "{overrides:?}: P@1 = {p1}");
+    }
+}
+
+#[test]
+fn a_stored_label_id_out_of_range_is_refused_at_open() {
+    let ds = load("Corel5k", "train");
+    let mut trained = train_with(&ds, &["max_leaf=50"]);
+    let last = trained.trees[0].out_ids.len() - 1;
+    trained.trees[0].out_ids[last] = 10_000;
+    let err = Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("10000"), "{err}");
+}
+
+#[test]
+fn bad_queries_are_errors_not_panics() {
+    let ds = load("Corel5k", "train");
+    let trained = train_with(&ds, &["max_leaf=50"]);
+    let model =
+        Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
+    let opts = PredictOptions::default();
+    assert!(model.predict(&[499], &[1.0], &opts).is_err());
+    assert!(model.predict(&[3], &[f32::NAN], &opts).is_err());
+    assert!(model.predict(&[3], &[f32::INFINITY], &opts).is_err());
+    assert!(model.predict(&[3, 4], &[1.0], &opts).is_err());
+    // An empty query is valid: it gets the labels the biases alone favour.
+    assert_eq!(model.predict(&[], &[], &opts).unwrap().labels.len(), 5);
+}
+
+fn xmc(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xmc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Writes `ds` to `path` as plain XC text, with or without the header line.
+fn write_plain(ds: &Dataset, path: &Path, header: bool) {
+    let mut buf = Vec::new();
+    data::write_xc(ds, &mut buf).unwrap();
+    let text = String::from_utf8(buf).unwrap();
+    let body = if header {
+        text.as_str()
+    } else {
+        text.split_once('\n').unwrap().1
+    };
+    std::fs::write(path, body).unwrap();
+}
+
+#[test]
+fn cli_train_then_eval_on_plain_headerless_and_gzip_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = data::read_xc_file(&vendored("Corel5k", "train")).unwrap();
+    let test = data::read_xc_file(&vendored("Corel5k", "test")).unwrap();
+    let gz_train = vendored("Corel5k", "train");
+    let gz_test = vendored("Corel5k", "test");
+    for (name, header) in [("plain", true), ("headerless", false)] {
+        let tr = dir.path().join(format!("{name}-train.txt"));
+        let te = dir.path().join(format!("{name}-test.txt"));
+        write_plain(&train, &tr, header);
+        write_plain(&test, &te, header);
+        run_train_eval(dir.path(), name, &tr, &te);
+    }
+    run_train_eval(dir.path(), "gzip", &gz_train, &gz_test);
+}
+
+fn run_train_eval(dir: &Path, name: &str, train: &Path, test: &Path) {
+    let model = dir.join(format!("{name}.xmcb"));
+    let out = xmc(&[
+        "train",
+        "--quiet",
+        "--train",
+        train.to_str().unwrap(),
+        "--test",
+        test.to_str().unwrap(),
+        "--out",
+        model.to_str().unwrap(),
+        "--set",
+        "max_leaf=40",
+    ]);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = xmc(&[
+        "eval",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        test.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "n",
+        "p@1",
+        "p@3",
+        "p@5",
+        "ndcg@5",
+        "psp@5",
+        "coverage@5",
+        "expected_depth@1",
+        "expected_depth@5",
+        "nodes_evaluated_mean",
+        "latency_us_mean",
+        "latency_us_p50",
+        "latency_us_p99",
+    ] {
+        assert!(report.get(key).is_some(), "{name}: no `{key}` in {report}");
+    }
+    assert_eq!(report["n"], 500);
+    assert!(report["p@1"].as_f64().unwrap() > 0.2, "{name}: {report}");
+    // The held-out metrics were recorded at training time.
+    let model = Model::open(&model, &OpenOptions::default()).unwrap();
+    let heldout = model.meta().heldout.as_ref().unwrap();
+    assert_eq!(heldout["p@1"], report["p@1"], "{name}");
+}

@@ -1,0 +1,83 @@
+//! The request path allocates nothing per query once its scratch space is warm.
+//!
+//! A counting global allocator tallies allocations made by this thread only, so the test harness's
+//! other threads do not disturb the count. A global allocator needs `unsafe`; this test file is
+//! the one place outside `bundle/` that has it.
+// Helpers outside #[test] functions unwrap too: this is test code.
+#![allow(clippy::unwrap_used)]
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::Path;
+use xmc::bundle::Bundle;
+use xmc::config::TrainConfig;
+use xmc::data;
+use xmc::model::{Model, PredictOptions, Prediction, Scratch};
+use xmc::train::{self, Quiet, TrainInputs};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// The allocator forwards to `System` and bumps a thread-local counter; it adds no invariant.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded unchanged to the system allocator, whose contract the caller upholds.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: as for `dealloc` and `alloc`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+#[test]
+fn warm_predictions_do_not_allocate() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k");
+    let mut ds = data::read_xc_file(&dir.join("train.txt.gz")).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let test = data::read_xc_file(&dir.join("test.txt.gz")).unwrap();
+    for trees in ["trees=1", "trees=3"] {
+        let cfg = TrainConfig::load(None, &[trees.to_string(), "max_leaf=40".into()]).unwrap();
+        let trained = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
+        let model =
+            Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
+        let opts = PredictOptions { k: 5, beam: None };
+        let mut scratch = Scratch::default();
+        let mut out = Prediction::default();
+        // Warm up on every query once, so every buffer reaches its largest size.
+        for i in 0..test.n_points() {
+            let (idx, val) = test.feature_row(i);
+            model
+                .predict_into(idx, val, &opts, &mut scratch, &mut out)
+                .unwrap();
+        }
+        let before = allocs();
+        for i in 0..test.n_points() {
+            let (idx, val) = test.feature_row(i);
+            model
+                .predict_into(idx, val, &opts, &mut scratch, &mut out)
+                .unwrap();
+        }
+        assert_eq!(allocs() - before, 0, "{trees}: allocations in steady state");
+        assert_eq!(out.labels.len(), 5);
+    }
+}
