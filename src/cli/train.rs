@@ -98,7 +98,26 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         let model = Model::from_bundle(Bundle::from_bytes(&trained.to_bytes()?)?)?;
         let report = evaluate_model(&model, &test_ds, &PredictOptions::default(), &[1, 3, 5])
             .map_err(|(i, e)| anyhow::anyhow!("{} point {}: {e}", test.display(), i + 1))?;
-        trained.meta.heldout = Some(report.quality_json());
+        // Latency is a property of this machine and run, not of the model: it goes with the
+        // other timings in `created`, so that the rest of the metadata stays reproducible.
+        let mut quality = report.quality_json();
+        if let Some(obj) = quality.as_object_mut() {
+            let timings: Vec<String> = obj
+                .keys()
+                .filter(|k| k.starts_with("latency_"))
+                .cloned()
+                .collect();
+            for k in timings {
+                if let Some(v) = obj.remove(&k) {
+                    trained
+                        .meta
+                        .created
+                        .seconds
+                        .insert(format!("heldout_{k}"), v);
+                }
+            }
+        }
+        trained.meta.heldout = Some(quality);
     }
     trained.write(&args.out)?;
     let model = Model::open(&args.out, &OpenOptions::default())?;
