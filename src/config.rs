@@ -5,7 +5,7 @@
 //! CLI contract (`trees`, `max_leaf`, `solver.c`, ...). An unknown key or a bad value is an error
 //! that names the key, so a typo never silently trains a different model.
 
-use crate::linear::{Loss, SolverParams};
+use crate::linear::{Loss, Method, SolverParams};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -119,6 +119,8 @@ impl TrainConfig {
         "solver.tol",
         "solver.kappa",
         "solver.max_iter",
+        "solver.search_eps",
+        "solver.method",
     ];
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
@@ -188,6 +190,19 @@ impl TrainConfig {
             "solver.tol" => s.tol = as_f32(key, value)?,
             "solver.kappa" => s.kappa = as_usize(key, value)?,
             "solver.max_iter" => s.max_iter = as_usize(key, value)?,
+            "solver.search_eps" => s.search_eps = as_f32(key, value)?,
+            "solver.method" => {
+                s.method = match as_str(key, value)? {
+                    "ppdsparse" => Method::PpdSparse,
+                    "reference" => Method::Reference,
+                    other => {
+                        return Err(bad(
+                            key,
+                            format!("`{other}` is not `ppdsparse` or `reference`"),
+                        ));
+                    }
+                }
+            }
             "solver.loss" => {
                 s.loss = match as_str(key, value)? {
                     "squared_hinge" | "sqhinge" => Loss::SquaredHinge,

@@ -327,3 +327,75 @@ pub(crate) fn step(loss: Loss, c: f64, a: f64, ys: f64, q: f64) -> f64 {
         }
     }
 }
+
+/// Dual coordinate descent with shrinking (Hsieh et al. 2008) over the samples `set`, until the
+/// spread of projected gradients is at most `eps` over the whole set, or `max_epochs` epochs.
+/// Each epoch visits the unshrunk samples in a random order. Returns whether it converged, and
+/// adds to `updates` the coordinate steps taken.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn descend(
+    p: &Problem<'_>,
+    ws: &mut Workspace,
+    set: &[u32],
+    working: &mut Vec<u32>,
+    params: &SolverParams,
+    rng: &mut rand_chacha::ChaCha8Rng,
+    max_epochs: usize,
+    eps: f64,
+    updates: &mut u64,
+) -> bool {
+    let (c, l1) = (f64::from(params.c), f64::from(params.l1));
+    let shrink = params.loss != Loss::Logistic;
+    let up = upper(params.loss, c);
+    working.clear();
+    working.extend_from_slice(set);
+    let (mut pg_max_old, mut pg_min_old) = (f64::INFINITY, f64::NEG_INFINITY);
+    for _ in 0..max_epochs {
+        super::reference::shuffle(working, rng);
+        let (mut pg_max, mut pg_min) = (f64::NEG_INFINITY, f64::INFINITY);
+        let mut k = 0;
+        while k < working.len() {
+            let i = working[k] as usize;
+            let ys = ws.y(i) * ws.margin(p, i);
+            let a = ws.alpha[i];
+            if shrink {
+                let g = gradient(params.loss, c, a, ys);
+                if (a <= 0.0 && g > pg_max_old) || (a >= up && g < pg_min_old) {
+                    working.swap_remove(k);
+                    continue;
+                }
+            }
+            let pg = projected_gradient(params.loss, c, a, ys);
+            pg_max = pg_max.max(pg);
+            pg_min = pg_min.min(pg);
+            if pg.abs() > 1e-12 {
+                let next = step(params.loss, c, a, ys, p.q_diag[i]);
+                if next != a {
+                    ws.apply(p, i, next - a, l1);
+                    *updates += 1;
+                }
+            }
+            k += 1;
+        }
+        // A NaN spread (nothing visited) counts as converged.
+        let spread = pg_max - pg_min;
+        if spread.is_nan() || spread <= eps {
+            if working.len() == set.len() {
+                return true;
+            }
+            // Converged on the shrunk set: verify on the whole set.
+            working.clear();
+            working.extend_from_slice(set);
+            pg_max_old = f64::INFINITY;
+            pg_min_old = f64::NEG_INFINITY;
+        } else {
+            pg_max_old = if pg_max <= 0.0 { f64::INFINITY } else { pg_max };
+            pg_min_old = if pg_min >= 0.0 {
+                f64::NEG_INFINITY
+            } else {
+                pg_min
+            };
+        }
+    }
+    false
+}

@@ -13,20 +13,22 @@
 //!   entry with |w_j x_ij| < `search_eps`.
 //!
 //! A sample outside A with αᵢ = 0 adds C·ℓ(yᵢ sᵢ) to the duality gap, so the search ranks samples by
-//! their loss. When it finds nothing, an exact pass over all samples computes the true gap: the
-//! column stops when the gap is below `tol`; otherwise the samples that the approximate search missed
-//! are added and the inner tolerance is tightened.
+//! their loss. A search with w̃ = w sees every score outside A, so it also yields the primal
+//! objective and the duality gap at the cost of A's margins, never O(nnz(X)): the column stops when
+//! the gap is below `tol`. When a sparsified search finds nothing, the next round searches with w
+//! itself; when an exact one finds nothing but the gap is still too large, the inner tolerance is
+//! tightened.
 
 use super::dual::{self, Workspace};
-use super::reference::shuffle;
 use super::{ColumnStats, LinearColumn, Loss, Problem, SolverParams};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// δ of Alg. 3: the tolerated error of the sparsified scores.
 const SPARSIFY_DELTA: f64 = 0.1;
-/// The most coordinate-descent epochs per round on the active set.
-const INNER_EPOCHS: usize = 50;
+/// The most coordinate-descent epochs per round on the active set. Rounds are cheap to repeat, and
+/// the duality gap, not this cap, decides when a column is done.
+const INNER_EPOCHS: usize = 10;
 
 pub(crate) fn solve(
     p: &Problem<'_>,
@@ -37,7 +39,7 @@ pub(crate) fn solve(
 ) -> LinearColumn {
     ws.begin(positives);
     let n = p.n();
-    let (c, l1) = (f64::from(params.c), f64::from(params.l1));
+    let c = f64::from(params.c);
     let tol = f64::from(params.tol);
     let mut stats = ColumnStats::default();
     if n == 0 {
@@ -55,30 +57,24 @@ pub(crate) fn solve(
     let mut f_est = (2.0 * c * positives.len() as f64).max(1.0);
     let mut candidates: Vec<(f64, u32)> = Vec::new();
     let mut wtilde: Vec<(u32, f64)> = Vec::new();
+    let mut working: Vec<u32> = Vec::new();
+    let mut force_exact = false;
     for _ in 0..params.max_iter {
         stats.iterations += 1;
-        // Alg. 2 on the active set.
-        for _ in 0..INNER_EPOCHS {
-            shuffle(&mut ws.active, &mut rng);
-            let mut worst: f64 = 0.0;
-            for k in 0..ws.active.len() {
-                let i = ws.active[k] as usize;
-                let ys = ws.y(i) * ws.margin(p, i);
-                let a = ws.alpha[i];
-                let pg = dual::projected_gradient(params.loss, c, a, ys);
-                worst = worst.max(pg.abs());
-                if pg.abs() > 1e-12 {
-                    let next = dual::step(params.loss, c, a, ys, p.q_diag[i]);
-                    if next != a {
-                        ws.apply(p, i, next - a, l1);
-                        stats.updates += 1;
-                    }
-                }
-            }
-            if worst <= inner_tol {
-                break;
-            }
-        }
+        // Alg. 2 on the active set (with liblinear-style shrinking inside the round).
+        let active = std::mem::take(&mut ws.active);
+        dual::descend(
+            p,
+            ws,
+            &active,
+            &mut working,
+            params,
+            &mut rng,
+            INNER_EPOCHS,
+            inner_tol,
+            &mut stats.updates,
+        );
+        ws.active = active;
         // Step 4: negatives whose α fell to 0 leave the active set.
         let (alpha, positive, in_active) = (&ws.alpha, &ws.positive, &mut ws.in_active);
         ws.active.retain(|&i| {
@@ -89,18 +85,23 @@ pub(crate) fn solve(
             keep
         });
 
-        // Alg. 1 step 1–2: the approximate search.
+        // Alg. 1 step 1–2: the search, with w̃ = w (exact) or its random sparsification.
         let theta = if params.loss == Loss::Logistic {
             0.1 * tol * f_est / n as f64
         } else {
             0.0
         };
-        sparsify(ws, &mut rng, &mut wtilde);
-        search(p, ws, &wtilde, params, theta, &mut rng, &mut candidates);
-        if candidates.is_empty() {
-            // The exact check: the gap over all samples.
-            ws.all_scores(p);
-            let primal = ws.primal_from_scores(params);
+        let exact = sparsify(ws, &mut rng, &mut wtilde, force_exact);
+        let outside = search(p, ws, &wtilde, params, theta, &mut rng, &mut candidates);
+        if exact {
+            // With w̃ = w the search saw every score outside A (up to the §5.3 truncation), so
+            // the duality gap costs only the margins of A.
+            let mut inside = 0.0;
+            for k in 0..ws.active.len() {
+                let i = ws.active[k] as usize;
+                inside += dual::loss(params.loss, ws.y(i) * ws.margin(p, i));
+            }
+            let primal = ws.regularizer(f64::from(params.l1)) + c * inside + outside;
             let g = ws.dual_objective(&ws.active, params);
             stats.primal = primal;
             stats.gap = (primal + g) / primal.max(1e-12);
@@ -109,18 +110,18 @@ pub(crate) fn solve(
                 stats.converged = true;
                 break;
             }
-            inner_tol *= 0.25;
-            for i in 0..n {
-                if !ws.in_active[i] {
-                    let l = c * dual::loss(params.loss, ws.y(i) * ws.score[i]);
-                    if l > theta {
-                        candidates.push((l, i as u32));
-                    }
-                }
+            if candidates.is_empty() {
+                // Nothing left to add: the active problem needs solving more precisely.
+                inner_tol *= 0.25;
             }
-            ws.clear_scores();
+            force_exact = false;
+        } else if candidates.is_empty() {
+            // The sparsified search found nothing: check with the exact w next round.
+            force_exact = true;
         }
-        take_top(&mut candidates, params.kappa);
+        // κ new samples per round, or as many as are already active when that is more: a column
+        // whose support is a large share of the samples then needs O(log n) rounds, not O(n / κ).
+        take_top(&mut candidates, params.kappa.max(ws.active.len()));
         for &(_, i) in &candidates {
             ws.active.push(i);
             ws.in_active[i as usize] = true;
@@ -138,9 +139,9 @@ pub(crate) fn solve(
     ws.finish(params, stats)
 }
 
-/// Alg. 3: fills `out` with w̃, either w itself (when that is no larger) or a random sparsification
-/// with R = ⌈2‖w‖₁²/δ²⌉ draws.
-fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>) {
+/// Alg. 3: fills `out` with w̃, either w itself (when that is no larger, or `exact`) or a random
+/// sparsification with R = ⌈2‖w‖₁²/δ²⌉ draws. Returns whether w̃ = w.
+fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>, exact: bool) -> bool {
     out.clear();
     let mut l1 = 0.0;
     let mut nnz = 0usize;
@@ -152,14 +153,14 @@ fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>) {
         }
     }
     let r = (2.0 * l1 * l1 / (SPARSIFY_DELTA * SPARSIFY_DELTA)).ceil();
-    if r >= nnz as f64 || l1 == 0.0 {
+    if exact || r >= nnz as f64 || l1 == 0.0 {
         out.extend(
             ws.touched
                 .iter()
                 .map(|&j| (j, ws.w[j as usize]))
                 .filter(|p| p.1 != 0.0),
         );
-        return;
+        return true;
     }
     // Draw R indices by |w_j|/‖w‖₁: sort R uniforms, then walk the cumulative sums once.
     let r = r as usize;
@@ -183,10 +184,12 @@ fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>) {
             out.push((j, w.signum() * count as f64 * scale));
         }
     }
+    false
 }
 
 /// Scores the samples that share a feature with w̃ (walking each column until |w̃_j x_ij| drops
 /// below `search_eps`), and collects the violators outside the active set as (C·loss, row).
+/// Returns C·Σ ℓ over all samples outside the active set, as far as w̃ tells.
 fn search(
     p: &Problem<'_>,
     ws: &mut Workspace,
@@ -195,7 +198,7 @@ fn search(
     theta: f64,
     rng: &mut ChaCha8Rng,
     out: &mut Vec<(f64, u32)>,
-) {
+) -> f64 {
     let c = f64::from(params.c);
     let eps = f64::from(params.search_eps);
     for &(j, w) in wtilde {
@@ -213,18 +216,23 @@ fn search(
             ws.score[r] += contrib;
         }
     }
+    let mut outside = 0.0;
+    let mut scored_outside = 0usize;
     for k in 0..ws.scored.len() {
         let i = ws.scored[k] as usize;
         if !ws.in_active[i] {
             let l = c * dual::loss(params.loss, ws.y(i) * (ws.score[i] + ws.v0));
+            outside += l;
+            scored_outside += 1;
             if l > theta {
                 out.push((l, i as u32));
             }
         }
     }
-    // Samples sharing no feature with w̃ all score w₀. If that violates, sample rows at random
-    // instead of scanning all n.
+    // Samples sharing no feature with w̃ all score w₀ (they are negatives: positives are active).
+    // If that violates, sample rows at random instead of scanning all n.
     let untouched_loss = c * dual::loss(params.loss, -ws.v0);
+    outside += untouched_loss * (p.n() - ws.active.len() - scored_outside) as f64;
     if untouched_loss > theta && ws.scored.len() < p.n() {
         for _ in 0..params.kappa {
             let i = rng.random_range(0..p.n());
@@ -236,6 +244,7 @@ fn search(
         }
     }
     ws.clear_scores();
+    outside
 }
 
 /// Keeps the `k` largest by loss (ties by row, for determinism).
