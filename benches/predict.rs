@@ -8,8 +8,9 @@
 //!    query at a time on this thread: mean, p50, p99, max, in µs;
 //! 2. the two ways of scoring a node's chunk against a query, on the same (query, node) pairs:
 //!    `score_scan` (walk the chunk, look each feature up in a dense copy of the query) and
-//!    `score_search` (merge the sorted query into the chunk with binary searches), and the
-//!    adaptive `score` the predictor uses, in ns per node.
+//!    `score_search` (merge the sorted query into the chunk with binary searches), `score_hash`
+//!    (look each query feature up in the node's hash table), and the adaptive `score` the
+//!    predictor uses (scan for small chunks, hash otherwise), in ns per node.
 //!
 //! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
 
@@ -111,6 +112,7 @@ fn main() -> anyhow::Result<()> {
                 match mode {
                     0 => arrays.chunks.score_scan(node, &dense, a),
                     1 => arrays.chunks.score_search(node, idx, val, a),
+                    2 => arrays.chunks.score_hash(node, idx, val, a),
                     _ => arrays.chunks.score(node, idx, val, &dense, a),
                 }
                 sink += a.first().copied().unwrap_or(0.0);
@@ -122,13 +124,14 @@ fn main() -> anyhow::Result<()> {
         }
         start.elapsed().as_secs_f64() * 1e9 / pairs as f64
     };
-    let (scan, search, adaptive) = (run(0), run(1), run(2));
+    let (scan, search, hash, adaptive) = (run(0), run(1), run(2), run(3));
     println!(
-        "chunk scoring over {} queries x {} nodes: scan {:.0} ns/node, search {:.0} ns/node, adaptive {:.0} ns/node (checksum {sink:.3})",
+        "chunk scoring over {} queries x {} nodes: scan {:.0} ns/node, binary search {:.0} ns/node, hash {:.0} ns/node, adaptive (scan or hash) {:.0} ns/node (checksum {sink:.3})",
         queries.len(),
         sample.len(),
         scan,
         search,
+        hash,
         adaptive
     );
     Ok(())

@@ -134,6 +134,8 @@ impl Model {
                     entry_start: u("chunk.entry_start")?,
                     entry_out: u("chunk.entry_out")?,
                     entry_weight: f("chunk.entry_weight")?,
+                    hash_start: u("chunk.hash_start")?,
+                    hash: u("chunk.hash")?,
                 },
             };
             tree.validate(meta.n_labels, meta.n_features)

@@ -258,6 +258,8 @@ fn add_arrays<'a>(
         w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
         w.add_u32(&s("chunk.entry_out"), &a.chunks.entry_out)?;
         w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
+        w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
+        w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
     }
     Ok(())
 }

@@ -72,6 +72,12 @@ pub enum ChunkError {
         /// The node.
         node: usize,
     },
+    /// A node's feature hash table has a bad size or slot.
+    #[error("node {node}: the feature hash table is malformed")]
+    Hash {
+        /// The node.
+        node: usize,
+    },
     /// The arrays grew past what `u32` offsets can address.
     #[error(
         "the chunk arrays hold more than u32::MAX entries; train a smaller model or prune more"
@@ -93,6 +99,21 @@ pub struct Chunks<U, F> {
     pub entry_out: U,
     /// Weight of each entry.
     pub entry_weight: F,
+    /// Per node, the start of its feature hash table in `hash` (length nodes + 1). A node's
+    /// table has a power-of-two size of at least twice its feature count (0 when it has none).
+    pub hash_start: U,
+    /// Open-addressing tables (linear probing) from feature id to the feature's position within
+    /// its node, [`EMPTY`] for a free slot.
+    pub hash: U,
+}
+
+/// A free slot of a chunk hash table.
+pub const EMPTY: u32 = u32::MAX;
+
+/// The home slot of feature `f` in a table with mask `mask` (size − 1).
+#[inline]
+fn home(f: u32, mask: usize) -> usize {
+    ((u64::from(f).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize) & mask
 }
 
 /// Chunks under construction.
@@ -107,6 +128,8 @@ impl ChunksBuilder {
             entry_start: vec![0],
             entry_out: Vec::new(),
             entry_weight: Vec::new(),
+            hash_start: vec![0],
+            hash: Vec::new(),
         }
     }
 
@@ -136,8 +159,26 @@ impl ChunksBuilder {
                 .expect("entry_start is never empty") =
                 u32::try_from(self.entry_out.len()).map_err(|_| ChunkError::TooLarge)?;
         }
+        let first = self.feat_start_last();
         self.feat_start
             .push(u32::try_from(self.feat.len()).map_err(|_| ChunkError::TooLarge)?);
+        let n = self.feat.len() - first;
+        let size = if n == 0 {
+            0
+        } else {
+            (2 * n).next_power_of_two()
+        };
+        let base = self.hash.len();
+        self.hash.resize(base + size, EMPTY);
+        for p in 0..n {
+            let mut h = home(self.feat[first + p], size - 1);
+            while self.hash[base + h] != EMPTY {
+                h = (h + 1) & (size - 1);
+            }
+            self.hash[base + h] = p as u32;
+        }
+        self.hash_start
+            .push(u32::try_from(self.hash.len()).map_err(|_| ChunkError::TooLarge)?);
         Ok(())
     }
 
@@ -168,6 +209,8 @@ where
             entry_start: &self.entry_start,
             entry_out: &self.entry_out,
             entry_weight: &self.entry_weight,
+            hash_start: &self.hash_start,
+            hash: &self.hash,
         }
     }
 
@@ -200,6 +243,26 @@ where
             self.entry_weight.len(),
             self.entry_out.len(),
         )?;
+        expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
+        check_offsets("hash_start", &self.hash_start, self.hash.len())?;
+        for node in 0..n_outputs.len() {
+            let n = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+            let table =
+                &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
+            let ok_size = if n == 0 {
+                table.is_empty()
+            } else {
+                table.len().is_power_of_two() && table.len() > n
+            };
+            // Every slot is free or names a feature of the node, and a free slot exists, so a
+            // probe always ends.
+            if !ok_size
+                || table.iter().any(|&s| s != EMPTY && s as usize >= n)
+                || (n > 0 && !table.contains(&EMPTY))
+            {
+                return Err(ChunkError::Hash { node });
+            }
+        }
         for (node, &m) in n_outputs.iter().enumerate() {
             let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
             let mut prev: Option<u32> = None;
@@ -235,15 +298,41 @@ where
     ///
     /// `q_idx`/`q_val` is the query, sorted by feature id; `dense` holds the same query as a dense
     /// vector (zero elsewhere) of at least the model's feature count. Small chunks are scanned and
-    /// looked up in `dense` ([`Chunks::score_scan`]); large ones are searched once per query
-    /// feature ([`Chunks::score_search`]).
+    /// looked up in `dense` ([`Chunks::score_scan`]); in large ones each query feature is looked
+    /// up in the node's hash table ([`Chunks::score_hash`]).
     #[inline]
     pub fn score(&self, node: usize, q_idx: &[u32], q_val: &[f32], dense: &[f32], acc: &mut [f32]) {
         let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
         if n_feats <= SCAN_FACTOR * q_idx.len() {
             self.score_scan(node, dense, acc);
         } else {
-            self.score_search(node, q_idx, q_val, acc);
+            self.score_hash(node, q_idx, q_val, acc);
+        }
+    }
+
+    /// [`Chunks::score`] by looking each query feature up in the node's hash table.
+    #[inline]
+    pub fn score_hash(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
+        let start = self.feat_start[node] as usize;
+        let table = &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
+        if table.is_empty() {
+            return;
+        }
+        let mask = table.len() - 1;
+        for (&f, &x) in q_idx.iter().zip(q_val) {
+            let mut h = home(f, mask);
+            loop {
+                let slot = table[h];
+                if slot == EMPTY {
+                    break;
+                }
+                let p = start + slot as usize;
+                if self.feat[p] == f {
+                    self.add_entries(p, x, acc);
+                    break;
+                }
+                h = (h + 1) & mask;
+            }
         }
     }
 
@@ -359,6 +448,84 @@ mod tests {
         let mut acc = vec![0.0; 1];
         big.score(0, &[42], &[2.0], &dense, &mut acc);
         assert_eq!(acc, vec![84.0]);
+    }
+
+    #[test]
+    fn scan_search_and_hash_agree_on_random_chunks() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for _ in 0..50 {
+            let d = 500;
+            let outputs: Vec<(Vec<u32>, Vec<f32>)> = (0..rng.random_range(1..6))
+                .map(|_| {
+                    let mut idx: Vec<u32> = (0..rng.random_range(0..80))
+                        .map(|_| rng.random_range(0..d as u32))
+                        .collect();
+                    idx.sort_unstable();
+                    idx.dedup();
+                    let val = idx.iter().map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                    (idx, val)
+                })
+                .collect();
+            let mut b = ChunksBuilder::new();
+            b.push_node(outputs.iter().map(|(i, v)| (&i[..], &v[..])))
+                .unwrap();
+            b.validate(&[outputs.len()], d).unwrap();
+            let mut q_idx: Vec<u32> = (0..rng.random_range(0..40))
+                .map(|_| rng.random_range(0..d as u32))
+                .collect();
+            q_idx.sort_unstable();
+            q_idx.dedup();
+            let q_val: Vec<f32> = q_idx
+                .iter()
+                .map(|_| rng.random_range(0.1f32..1.0))
+                .collect();
+            let mut dense = vec![0.0; d];
+            for (&i, &v) in q_idx.iter().zip(&q_val) {
+                dense[i as usize] = v;
+            }
+            let m = outputs.len();
+            let (mut a, mut bb, mut c) = (vec![0.0; m], vec![0.0; m], vec![0.0; m]);
+            b.score_scan(0, &dense, &mut a);
+            b.score_search(0, &q_idx, &q_val, &mut bb);
+            b.score_hash(0, &q_idx, &q_val, &mut c);
+            for k in 0..m {
+                assert!(
+                    (a[k] - bb[k]).abs() < 1e-5 && (a[k] - c[k]).abs() < 1e-5,
+                    "{a:?} {bb:?} {c:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn validate_refuses_a_bad_hash_table() {
+        let mut b = ChunksBuilder::new();
+        b.push_node([(&[1u32, 4][..], &[1.0f32, 2.0][..])]).unwrap();
+        b.validate(&[1], 10).unwrap();
+        // A slot naming a position past the node's features.
+        let mut bad = b.clone();
+        let slot = bad.hash.iter().position(|&s| s != EMPTY).unwrap();
+        bad.hash[slot] = 7;
+        assert!(matches!(
+            bad.validate(&[1], 10),
+            Err(ChunkError::Hash { node: 0 })
+        ));
+        // A full table, on which a probe for a missing feature would never end.
+        let mut full = b.clone();
+        full.hash.iter_mut().for_each(|s| *s = 0);
+        assert!(matches!(
+            full.validate(&[1], 10),
+            Err(ChunkError::Hash { node: 0 })
+        ));
+        // A table whose size is not a power of two.
+        let mut odd = b;
+        odd.hash.push(EMPTY);
+        *odd.hash_start.last_mut().unwrap() += 1;
+        assert!(matches!(
+            odd.validate(&[1], 10),
+            Err(ChunkError::Hash { node: 0 })
+        ));
     }
 
     #[test]
