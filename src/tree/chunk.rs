@@ -100,10 +100,12 @@ pub struct Chunks<U, F> {
     /// Weight of each entry.
     pub entry_weight: F,
     /// Per node, the start of its feature hash table in `hash` (length nodes + 1). A node's
-    /// table has a power-of-two size of at least twice its feature count (0 when it has none).
+    /// table has a power-of-two number of slots, at least twice its feature count (none when it
+    /// has no features).
     pub hash_start: U,
     /// Open-addressing tables (linear probing) from feature id to the feature's position within
-    /// its node, [`EMPTY`] for a free slot.
+    /// its node. A slot is two values, `[feature id, position]`, with feature [`EMPTY`] when free.
+    /// Keeping the id in the slot settles a probe with one memory access.
     pub hash: U,
 }
 
@@ -169,13 +171,15 @@ impl ChunksBuilder {
             (2 * n).next_power_of_two()
         };
         let base = self.hash.len();
-        self.hash.resize(base + size, EMPTY);
+        self.hash.resize(base + 2 * size, EMPTY);
         for p in 0..n {
-            let mut h = home(self.feat[first + p], size - 1);
-            while self.hash[base + h] != EMPTY {
+            let f = self.feat[first + p];
+            let mut h = home(f, size - 1);
+            while self.hash[base + 2 * h] != EMPTY {
                 h = (h + 1) & (size - 1);
             }
-            self.hash[base + h] = p as u32;
+            self.hash[base + 2 * h] = f;
+            self.hash[base + 2 * h + 1] = p as u32;
         }
         self.hash_start
             .push(u32::try_from(self.hash.len()).map_err(|_| ChunkError::TooLarge)?);
@@ -246,20 +250,22 @@ where
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
         for node in 0..n_outputs.len() {
-            let n = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+            let start = self.feat_start[node] as usize;
+            let n = self.feat_start[node + 1] as usize - start;
             let table =
                 &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
+            let slots = table.len() / 2;
             let ok_size = if n == 0 {
                 table.is_empty()
             } else {
-                table.len().is_power_of_two() && table.len() > n
+                table.len() % 2 == 0 && slots.is_power_of_two() && slots > n
             };
-            // Every slot is free or names a feature of the node, and a free slot exists, so a
-            // probe always ends.
-            if !ok_size
-                || table.iter().any(|&s| s != EMPTY && s as usize >= n)
-                || (n > 0 && !table.contains(&EMPTY))
-            {
+            // Every used slot names one of the node's features at its true position, and a free
+            // slot exists, so a probe always ends and finds exactly the stored features.
+            let bad_slot = table.chunks_exact(2).any(|s| {
+                s[0] != EMPTY && (s[1] as usize >= n || self.feat[start + s[1] as usize] != s[0])
+            });
+            if !ok_size || bad_slot || (n > 0 && !table.chunks_exact(2).any(|s| s[0] == EMPTY)) {
                 return Err(ChunkError::Hash { node });
             }
         }
@@ -311,27 +317,60 @@ where
     }
 
     /// [`Chunks::score`] by looking each query feature up in the node's hash table.
+    ///
+    /// The work is split into passes over blocks of query features, each pass making only
+    /// independent memory accesses (all probes, then all entry ranges, then all entries), so that
+    /// their cache misses overlap instead of queueing one behind the other.
     #[inline]
     pub fn score_hash(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
+        const BLOCK: usize = 64;
         let start = self.feat_start[node] as usize;
         let table = &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
         if table.is_empty() {
             return;
         }
-        let mask = table.len() - 1;
-        for (&f, &x) in q_idx.iter().zip(q_val) {
-            let mut h = home(f, mask);
-            loop {
-                let slot = table[h];
-                if slot == EMPTY {
-                    break;
+        let mask = table.len() / 2 - 1;
+        let mut pos = [0u32; BLOCK];
+        let mut val = [0f32; BLOCK];
+        let mut range = [(0u32, 0u32); BLOCK];
+        for (qi, qv) in q_idx.chunks(BLOCK).zip(q_val.chunks(BLOCK)) {
+            // Pass 1: load every home slot (independent loads, no branches between them).
+            let mut home_slot = [(0u32, 0u32, 0usize); BLOCK];
+            for (k, &f) in qi.iter().enumerate() {
+                let h = home(f, mask);
+                home_slot[k] = (table[2 * h], table[2 * h + 1], h);
+            }
+            // Pass 2: settle each probe, walking on only after a collision.
+            let mut found = 0;
+            for (k, (&f, &x)) in qi.iter().zip(qv).enumerate() {
+                let (mut key, mut at, mut h) = home_slot[k];
+                loop {
+                    if key == f {
+                        pos[found] = at;
+                        val[found] = x;
+                        found += 1;
+                        break;
+                    }
+                    if key == EMPTY {
+                        break;
+                    }
+                    h = (h + 1) & mask;
+                    key = table[2 * h];
+                    at = table[2 * h + 1];
                 }
-                let p = start + slot as usize;
-                if self.feat[p] == f {
-                    self.add_entries(p, x, acc);
-                    break;
+            }
+            for k in 0..found {
+                let p = start + pos[k] as usize;
+                range[k] = (self.entry_start[p], self.entry_start[p + 1]);
+            }
+            for k in 0..found {
+                let (a, b) = (range[k].0 as usize, range[k].1 as usize);
+                let x = val[k];
+                for (&o, &w) in self.entry_out[a..b].iter().zip(&self.entry_weight[a..b]) {
+                    if let Some(slot) = acc.get_mut(o as usize) {
+                        *slot += w * x;
+                    }
                 }
-                h = (h + 1) & mask;
             }
         }
     }
@@ -505,23 +544,28 @@ mod tests {
         b.validate(&[1], 10).unwrap();
         // A slot naming a position past the node's features.
         let mut bad = b.clone();
-        let slot = bad.hash.iter().position(|&s| s != EMPTY).unwrap();
-        bad.hash[slot] = 7;
+        let slot = (0..bad.hash.len() / 2)
+            .find(|&h| bad.hash[2 * h] != EMPTY)
+            .unwrap();
+        bad.hash[2 * slot + 1] = 7;
         assert!(matches!(
             bad.validate(&[1], 10),
             Err(ChunkError::Hash { node: 0 })
         ));
         // A full table, on which a probe for a missing feature would never end.
         let mut full = b.clone();
-        full.hash.iter_mut().for_each(|s| *s = 0);
+        for (h, s) in full.hash.chunks_exact_mut(2).enumerate() {
+            s[0] = 1 + 3 * (h as u32 % 2);
+            s[1] = h as u32 % 2;
+        }
         assert!(matches!(
             full.validate(&[1], 10),
             Err(ChunkError::Hash { node: 0 })
         ));
         // A table whose size is not a power of two.
         let mut odd = b;
-        odd.hash.push(EMPTY);
-        *odd.hash_start.last_mut().unwrap() += 1;
+        odd.hash.extend([EMPTY, EMPTY]);
+        *odd.hash_start.last_mut().unwrap() += 2;
         assert!(matches!(
             odd.validate(&[1], 10),
             Err(ChunkError::Hash { node: 0 })
