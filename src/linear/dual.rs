@@ -26,6 +26,8 @@ pub(crate) struct Workspace {
     /// Whether `score` holds values from [`Workspace::all_scores`] (else it is zero outside
     /// `scored`).
     pub score_dirty: bool,
+    /// The current problem's number of rows (the arrays may be longer).
+    pub n: usize,
     /// The active set (PPDSparse) or the unshrunk rows (reference), and membership.
     pub active: Vec<u32>,
     pub in_active: Vec<bool>,
@@ -45,8 +47,26 @@ impl Workspace {
             scored: Vec::new(),
             is_scored: vec![false; n],
             score_dirty: false,
+            n,
             active: Vec::new(),
             in_active: vec![false; n],
+        }
+    }
+
+    /// Grows the per-feature and per-row arrays to at least `d` and `n` (new slots clean).
+    pub fn ensure(&mut self, n: usize, d: usize) {
+        self.n = n;
+        if self.v.len() < d {
+            self.v.resize(d, 0.0);
+            self.w.resize(d, 0.0);
+            self.is_touched.resize(d, false);
+        }
+        if self.alpha.len() < n {
+            self.alpha.resize(n, 0.0);
+            self.positive.resize(n, false);
+            self.score.resize(n, 0.0);
+            self.is_scored.resize(n, false);
+            self.in_active.resize(n, false);
         }
     }
 
@@ -116,7 +136,8 @@ impl Workspace {
     pub fn all_scores(&mut self, p: &Problem<'_>) {
         self.clear_scores();
         self.score_dirty = true;
-        self.score.fill(self.v0);
+        let v0 = self.v0;
+        self.score[..self.n].fill(v0);
         for &j in &self.touched {
             let w = self.w[j as usize];
             if w != 0.0 {
@@ -131,7 +152,7 @@ impl Workspace {
     /// Zeroes `score` and forgets the scored rows.
     pub fn clear_scores(&mut self) {
         if self.score_dirty {
-            self.score.fill(0.0);
+            self.score[..self.n].fill(0.0);
             self.score_dirty = false;
         }
         for &i in &self.scored {
@@ -144,7 +165,7 @@ impl Workspace {
     /// The primal objective F(w) from `score` holding every row's exact score.
     pub fn primal_from_scores(&self, params: &SolverParams) -> f64 {
         let mut l = 0.0;
-        for (i, &s) in self.score.iter().enumerate() {
+        for (i, &s) in self.score[..self.n].iter().enumerate() {
             l += loss(params.loss, self.y(i) * s);
         }
         self.regularizer(f64::from(params.l1)) + f64::from(params.c) * l
@@ -160,8 +181,14 @@ impl Workspace {
         g
     }
 
-    /// Builds the pruned column and resets everything the column touched.
-    pub fn finish(&mut self, params: &SolverParams, mut stats: ColumnStats) -> LinearColumn {
+    /// Builds the pruned column and resets everything the column touched: αᵢ must be zero outside
+    /// `active` (the reference solver clears its dense α itself), and `positives` are the column's.
+    pub fn finish(
+        &mut self,
+        params: &SolverParams,
+        positives: &[u32],
+        mut stats: ColumnStats,
+    ) -> LinearColumn {
         let prune = f64::from(params.prune);
         let mut kept: Vec<(u32, f32)> = Vec::new();
         for &j in &self.touched {
@@ -177,10 +204,12 @@ impl Workspace {
         kept.sort_unstable_by_key(|p| p.0);
         let bias = self.v0 as f32;
         self.v0 = 0.0;
-        self.alpha.fill(0.0);
-        self.positive.fill(false);
         for &i in &self.active {
             self.in_active[i as usize] = false;
+            self.alpha[i as usize] = 0.0;
+        }
+        for &i in positives {
+            self.positive[i as usize] = false;
         }
         self.active.clear();
         self.clear_scores();

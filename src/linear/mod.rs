@@ -325,18 +325,30 @@ pub fn train_columns(
         .par_iter()
         .enumerate()
         .with_max_len(1)
-        .map_init(
-            || dual::Workspace::new(problem.n(), problem.d()),
-            |ws, (j, pos)| {
-                let seed = derive_seed(params.seed, j as u64);
-                match params.method {
-                    Method::PpdSparse => ppdsparse::solve(&problem, pos, params, seed, ws),
-                    Method::Reference => reference::solve(&problem, pos, params, seed, ws),
+        .map(|(j, pos)| {
+            let seed = derive_seed(params.seed, j as u64);
+            let solve = |ws: &mut dual::Workspace| match params.method {
+                Method::PpdSparse => ppdsparse::solve(&problem, pos, params, seed, ws),
+                Method::Reference => reference::solve(&problem, pos, params, seed, ws),
+            };
+            WORKSPACE.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut ws) => {
+                    ws.ensure(problem.n(), problem.d());
+                    solve(&mut ws)
                 }
-            },
-        )
+                // Only if a solve ever ran nested on this thread; it does not today.
+                Err(_) => solve(&mut dual::Workspace::new(problem.n(), problem.d())),
+            })
+        })
         .collect();
     Ok(columns)
+}
+
+thread_local! {
+    /// Each worker thread's scratch, kept across columns, nodes and calls: zeroing O(n + d) per
+    /// column would cost more than solving most tail labels. Every solve leaves it clean.
+    static WORKSPACE: std::cell::RefCell<dual::Workspace> =
+        std::cell::RefCell::new(dual::Workspace::new(0, 0));
 }
 
 /// The primal objective F(w) of a column for the given weights (not pruned), for tests and

@@ -44,7 +44,7 @@ pub(crate) fn solve(
     let mut stats = ColumnStats::default();
     if n == 0 {
         stats.converged = true;
-        return ws.finish(params, stats);
+        return ws.finish(params, positives, stats);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for &i in positives {
@@ -136,7 +136,7 @@ pub(crate) fn solve(
         stats.converged = stats.gap <= tol;
     }
     stats.active = ws.active.len() as u32;
-    ws.finish(params, stats)
+    ws.finish(params, positives, stats)
 }
 
 /// Alg. 3: fills `out` with w̃, either w itself (when that is no larger, or `exact`) or a random

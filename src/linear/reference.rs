@@ -72,5 +72,6 @@ pub(crate) fn solve(
         stats.converged = stats.gap <= tol;
     }
     stats.active = working.len() as u32;
-    ws.finish(params, stats)
+    ws.alpha[..n].fill(0.0);
+    ws.finish(params, positives, stats)
 }
