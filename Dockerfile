@@ -1,15 +1,22 @@
-# Builds xmc and ships the binary with the default model.
+# Multi-stage build: compile xmc, then ship the binary with the default model, as a non-root user.
 #   docker build -t xmc .
-#   docker run --rm xmc inspect models/default.xmcb
+#   docker run --rm -p 8080:8080 xmc
 FROM rust:1.95-slim AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin xmc
 
 FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /srv/xmc xmc
 WORKDIR /srv/xmc
 COPY --from=build /src/target/release/xmc /usr/local/bin/xmc
 COPY models/ models/
 COPY config/ config/
+USER xmc
+EXPOSE 8080
+ENV XMC_BIND=0.0.0.0:8080
+# No curl in the slim image: bash's /dev/tcp speaks enough HTTP for a health probe.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q ' 200 ' <&3"]
 ENTRYPOINT ["xmc"]
-CMD ["inspect", "models/default.xmcb"]
+CMD ["serve", "--config", "config/server.toml"]

@@ -22,5 +22,6 @@ pub mod data;
 pub mod eval;
 pub mod linear;
 pub mod model;
+pub mod serve;
 pub mod train;
 pub mod tree;

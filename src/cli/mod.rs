@@ -7,6 +7,7 @@ pub mod eval;
 pub mod inspect;
 pub mod predict;
 mod progress;
+pub mod serve;
 pub mod train;
 
 /// xmc: extreme multi-label classification.
@@ -28,6 +29,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Shows a model bundle's metadata, sections and tree shape.
     Inspect(inspect::InspectArgs),
+    /// Serves predictions over HTTP, hot-swapping the model when its file changes.
+    Serve(serve::ServeArgs),
     /// Data set tools: statistics and the synthetic generator.
     #[command(subcommand)]
     Data(data::DataCommand),
@@ -40,6 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Predict(args) => predict::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Data(cmd) => data::run(cmd),
     }
 }

@@ -60,6 +60,7 @@ pub enum Loss {
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// The PPDSparse greedy active-set method.
+    #[serde(rename = "ppdsparse")]
     PpdSparse,
     /// Dual coordinate descent over all samples with shrinking.
     Reference,

@@ -1,0 +1,48 @@
+//! `xmc serve`: the prediction server.
+
+use crate::serve::{LogFormat, ServeConfig};
+use clap::Args;
+use std::path::PathBuf;
+
+/// Arguments of `xmc serve`. Settings come from defaults, then `--config`, then `XMC_*`
+/// environment variables, then these flags.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A TOML file with a `[serve]` table (e.g. `config/server.toml`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The model bundle, or a symlink to one, watched for changes.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The listen address, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    pub bind: Option<String>,
+}
+
+/// Runs `xmc serve` until ctrl-c or SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("XMC_"))
+        .collect();
+    let mut flags: Vec<(&str, String)> = Vec::new();
+    if let Some(m) = &args.model {
+        flags.push(("model", m.display().to_string()));
+    }
+    if let Some(b) = &args.bind {
+        flags.push(("bind", b.clone()));
+    }
+    let cfg = ServeConfig::load(args.config.as_deref(), &env, &flags)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("XMC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cfg.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(crate::serve::run(cfg))
+}

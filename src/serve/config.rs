@@ -1,0 +1,277 @@
+//! Server configuration in layers: compiled-in defaults, then the `[serve]` table of a TOML file,
+//! then `XMC_*` environment variables, then command-line flags. Every error names its key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Why a configuration was refused.
+#[derive(Debug, Error)]
+pub enum ServeConfigError {
+    /// The file could not be read or parsed.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A key is unknown.
+    #[error("unknown server setting `{key}` (known: {known})")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+        /// The known keys.
+        known: String,
+    },
+    /// A key has a bad value.
+    #[error("server setting `{key}` ({source_name}): {message}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// Where the value came from.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Everything `xmc serve` can be told.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeConfig {
+    /// The address the API listens on.
+    pub bind: String,
+    /// A separate address for `/metrics`; `None` serves it on the API port.
+    pub metrics_bind: Option<String>,
+    /// The model bundle (a file or a symlink to one).
+    pub model: PathBuf,
+    /// How often the model path is checked for a new file, in milliseconds (0: never).
+    pub poll_interval_ms: u64,
+    /// Threads of the prediction pool for batches (0: one per core).
+    pub pool_threads: usize,
+    /// The largest request body, in bytes.
+    pub body_limit_bytes: usize,
+    /// The most instances in one batch request.
+    pub max_batch: usize,
+    /// The largest `k` a request may ask for.
+    pub max_k: usize,
+    /// The `k` of a request that gives none.
+    pub default_k: usize,
+    /// The beam width of a request that gives none (`None`: the model's).
+    pub beam: Option<usize>,
+    /// The most time a request may take, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// How long shutdown waits for in-flight requests, in milliseconds.
+    pub shutdown_timeout_ms: u64,
+    /// The bearer token of the admin routes; without one they are off.
+    pub admin_token: Option<String>,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+impl ServeConfig {
+    /// The compiled-in defaults.
+    pub fn defaults() -> Self {
+        ServeConfig {
+            bind: "127.0.0.1:8080".into(),
+            metrics_bind: None,
+            model: PathBuf::from("models/default.xmcb"),
+            poll_interval_ms: 1000,
+            pool_threads: 0,
+            body_limit_bytes: 1 << 20,
+            max_batch: 256,
+            max_k: 100,
+            default_k: 5,
+            beam: None,
+            request_timeout_ms: 2000,
+            shutdown_timeout_ms: 10_000,
+            admin_token: None,
+            log_format: LogFormat::Text,
+        }
+    }
+
+    /// The keys, as in the TOML `[serve]` table; the environment variable of `key` is
+    /// `XMC_` + `key` in upper case.
+    pub const KEYS: &'static [&'static str] = &[
+        "bind",
+        "metrics_bind",
+        "model",
+        "poll_interval_ms",
+        "pool_threads",
+        "body_limit_bytes",
+        "max_batch",
+        "max_k",
+        "default_k",
+        "beam",
+        "request_timeout_ms",
+        "shutdown_timeout_ms",
+        "admin_token",
+        "log_format",
+    ];
+
+    /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
+    /// `XMC_KEY`, value), then `flags` (pairs of key, value).
+    pub fn load(
+        file: Option<&Path>,
+        env: &[(String, String)],
+        flags: &[(&str, String)],
+    ) -> Result<Self, ServeConfigError> {
+        let mut cfg = Self::defaults();
+        if let Some(path) = file {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| ServeConfigError::File {
+                path: name.clone(),
+                message: e.to_string(),
+            })?;
+            let table: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ServeConfigError::File {
+                        path: name.clone(),
+                        message: e.to_string(),
+                    })?;
+            if let Some(serve) = table.get("serve") {
+                let serve = serve.as_table().ok_or_else(|| ServeConfigError::File {
+                    path: name.clone(),
+                    message: "`serve` must be a table".into(),
+                })?;
+                let values: BTreeMap<&String, &toml::Value> = serve.iter().collect();
+                for (key, value) in values {
+                    let text = match value {
+                        toml::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    cfg.set(key, &text, &name)?;
+                }
+            }
+        }
+        for (var, value) in env {
+            if let Some(key) = var.strip_prefix("XMC_") {
+                let key = key.to_ascii_lowercase();
+                cfg.set(&key, value, var)?;
+            }
+        }
+        for (key, value) in flags {
+            cfg.set(key, value, "command line")?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Sets one key from its text.
+    pub fn set(&mut self, key: &str, value: &str, source: &str) -> Result<(), ServeConfigError> {
+        let bad = |m: String| ServeConfigError::BadValue {
+            key: key.to_string(),
+            source_name: source.to_string(),
+            message: m,
+        };
+        let num = |v: &str| -> Result<u64, ServeConfigError> {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| bad(format!("`{v}` is not a non-negative integer")))
+        };
+        match key {
+            "bind" => self.bind = value.to_string(),
+            "metrics_bind" => {
+                self.metrics_bind = (!value.is_empty()).then(|| value.to_string());
+            }
+            "model" => self.model = PathBuf::from(value),
+            "poll_interval_ms" => self.poll_interval_ms = num(value)?,
+            "pool_threads" => self.pool_threads = num(value)? as usize,
+            "body_limit_bytes" => self.body_limit_bytes = num(value)? as usize,
+            "max_batch" => self.max_batch = num(value)? as usize,
+            "max_k" => self.max_k = num(value)? as usize,
+            "default_k" => self.default_k = num(value)? as usize,
+            "beam" => self.beam = Some(num(value)? as usize),
+            "request_timeout_ms" => self.request_timeout_ms = num(value)?,
+            "shutdown_timeout_ms" => self.shutdown_timeout_ms = num(value)?,
+            "admin_token" => self.admin_token = (!value.is_empty()).then(|| value.to_string()),
+            "log_format" => {
+                self.log_format = match value {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    other => return Err(bad(format!("`{other}` is not `text` or `json`"))),
+                }
+            }
+            _ => {
+                // Environment variables of other tools may share the prefix; only keys given
+                // in a file or on the command line must be known.
+                if source.starts_with("XMC_") {
+                    return Ok(());
+                }
+                return Err(ServeConfigError::UnknownKey {
+                    key: key.to_string(),
+                    known: Self::KEYS.join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ServeConfigError> {
+        let bad = |key: &str, m: &str| {
+            Err(ServeConfigError::BadValue {
+                key: key.into(),
+                source_name: "validation".into(),
+                message: m.into(),
+            })
+        };
+        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+            return bad("bind", "not an address like 127.0.0.1:8080");
+        }
+        if let Some(m) = &self.metrics_bind {
+            if m.parse::<std::net::SocketAddr>().is_err() {
+                return bad("metrics_bind", "not an address like 127.0.0.1:9090");
+            }
+        }
+        if self.max_k == 0 || self.default_k == 0 || self.default_k > self.max_k {
+            return bad("default_k", "must be between 1 and max_k");
+        }
+        if self.max_batch == 0 || self.body_limit_bytes == 0 || self.request_timeout_ms == 0 {
+            return bad(
+                "max_batch",
+                "max_batch, body_limit_bytes and request_timeout_ms must be > 0",
+            );
+        }
+        if self.beam == Some(0) {
+            return bad("beam", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order_and_errors_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("server.toml");
+        std::fs::write(&f, "[serve]\nmax_k = 50\nbind = \"127.0.0.1:9000\"\n").unwrap();
+        let env = vec![("XMC_MAX_K".to_string(), "40".to_string())];
+        let cfg = ServeConfig::load(Some(&f), &env, &[("bind", "127.0.0.1:9100".into())]).unwrap();
+        assert_eq!((cfg.max_k, cfg.bind.as_str()), (40, "127.0.0.1:9100"));
+        std::fs::write(&f, "[serve]\nmax_kk = 5\n").unwrap();
+        let err = ServeConfig::load(Some(&f), &[], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_kk"), "{err}");
+        let env = vec![("XMC_MAX_BATCH".to_string(), "lots".to_string())];
+        let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("max_batch") && err.contains("XMC_MAX_BATCH"),
+            "{err}"
+        );
+        let err = ServeConfig::load(None, &[], &[("bind", "nowhere".into())]).unwrap_err();
+        assert!(err.to_string().contains("bind"), "{err}");
+    }
+}

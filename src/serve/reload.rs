@@ -1,0 +1,187 @@
+//! Loading, validating, warming and publishing models; polling the model path.
+
+use super::AppState;
+use crate::bundle::OpenOptions;
+use crate::model::{Model, PredictOptions, Prediction, Scratch};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What identifies one version of the file at the model path: a renamed-into-place file or a
+/// flipped symlink changes the inode; an in-place rewrite changes the size or the mtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSig {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileSig {
+    /// The signature of the file `path` resolves to (symlinks followed).
+    pub fn of(path: &Path) -> std::io::Result<FileSig> {
+        let m = std::fs::metadata(path)?;
+        let mtime_ns = m
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        #[cfg(unix)]
+        let (dev, ino) = {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        };
+        #[cfg(not(unix))]
+        let (dev, ino) = (0, 0);
+        Ok(FileSig {
+            dev,
+            ino,
+            len: m.len(),
+            mtime_ns,
+        })
+    }
+}
+
+/// A published model.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The model.
+    pub model: Model,
+    /// The file it came from.
+    pub sig: FileSig,
+    /// When it was published (Unix seconds).
+    pub loaded_unix: u64,
+}
+
+/// What a load attempt did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new model is serving, with this version.
+    Loaded(String),
+    /// The file is the one already serving (or the one that failed last); nothing was done.
+    Unchanged,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Opens, validates (checksums included), pre-faults and warms the bundle at `path`.
+fn open_and_warm(path: &Path) -> Result<Model, String> {
+    let model = Model::open(
+        path,
+        &OpenOptions {
+            verify_checksums: true,
+            prefault: true,
+        },
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    // A few predictions touch the request path's code and the upper tree levels, so the first
+    // real request after the swap is not the cold one.
+    let d = model.meta().n_features.max(1) as u32;
+    let mut scratch = Scratch::default();
+    let mut out = Prediction::default();
+    for q in 0..16u32 {
+        let idx: Vec<u32> = (0..8).map(|j| (q * 7919 + j * 104_729) % d).collect();
+        let val = vec![1.0f32; idx.len()];
+        // Ids are reduced modulo d, so this cannot fail; a failure would only skip warming.
+        let _ = model.predict_into(
+            &idx,
+            &val,
+            &PredictOptions::default(),
+            &mut scratch,
+            &mut out,
+        );
+    }
+    Ok(model)
+}
+
+/// Loads the model path if its file differs from the one serving (or always, with `force`),
+/// and publishes it. A failure keeps the old model, is counted and logged, and is remembered so
+/// the poller does not retry the same broken file every interval.
+pub async fn load_now(state: &Arc<AppState>, force: bool) -> Result<ReloadOutcome, String> {
+    let mut last_failed = state.reload_lock.lock().await;
+    let path = state.cfg.model.clone();
+    let sig = match FileSig::of(&path) {
+        Ok(s) => s,
+        // Between an unlink and a rename the path may briefly not exist: the poller just looks
+        // again next time; an explicit load reports it.
+        Err(e) if !force => {
+            tracing::debug!(error = %e, "model path not readable; will look again");
+            return Ok(ReloadOutcome::Unchanged);
+        }
+        Err(e) => {
+            let msg = format!("{}: {e}", path.display());
+            return Err(record_failure(state, msg, None, &mut last_failed));
+        }
+    };
+    let serving = state.current.load();
+    if !force && (serving.as_ref().map(|l| l.sig) == Some(sig) || *last_failed == Some(sig)) {
+        return Ok(ReloadOutcome::Unchanged);
+    }
+    let p = path.clone();
+    let opened = tokio::task::spawn_blocking(move || open_and_warm(&p))
+        .await
+        .map_err(|e| format!("the load task failed: {e}"))
+        .and_then(|r| r);
+    // The file may have changed while it was read; then the next poll loads it again.
+    match opened {
+        Ok(model) => {
+            let version = model.meta().version.clone();
+            let name = model.meta().name.clone();
+            if let Some(old) = serving.as_ref() {
+                metrics::gauge!(
+                    "xmc_model_info",
+                    "name" => old.model.meta().name.clone(),
+                    "version" => old.model.meta().version.clone()
+                )
+                .set(0.0);
+            }
+            state.current.store(Some(Arc::new(Loaded {
+                model,
+                sig,
+                loaded_unix: unix_now(),
+            })));
+            metrics::gauge!("xmc_model_info", "name" => name.clone(), "version" => version.clone())
+                .set(1.0);
+            metrics::counter!("xmc_model_reloads_total", "result" => "ok").increment(1);
+            if let Ok(mut s) = state.status.lock() {
+                s.ok += 1;
+                s.last_error = None;
+            }
+            *last_failed = None;
+            tracing::info!(%name, %version, path = %path.display(), "model published");
+            Ok(ReloadOutcome::Loaded(version))
+        }
+        Err(msg) => Err(record_failure(state, msg, Some(sig), &mut last_failed)),
+    }
+}
+
+fn record_failure(
+    state: &AppState,
+    msg: String,
+    sig: Option<FileSig>,
+    last_failed: &mut Option<FileSig>,
+) -> String {
+    metrics::counter!("xmc_model_reloads_total", "result" => "error").increment(1);
+    if let Ok(mut s) = state.status.lock() {
+        s.errors += 1;
+        s.last_error = Some(msg.clone());
+        s.last_error_unix = Some(unix_now());
+    }
+    *last_failed = sig;
+    tracing::error!(error = %msg, "model load failed; the previous model keeps serving");
+    msg
+}
+
+/// Checks the model path every `poll_interval_ms` and loads what changed.
+pub async fn poll(state: Arc<AppState>) {
+    let every = Duration::from_millis(state.cfg.poll_interval_ms.max(10));
+    loop {
+        tokio::time::sleep(every).await;
+        // Failures are recorded inside; a missing file between renames is retried next tick.
+        let _ = load_now(&state, false).await;
+    }
+}

@@ -1,0 +1,304 @@
+//! The handlers and the JSON shapes of the API.
+
+use super::reload::{self, Loaded, ReloadOutcome};
+use super::{ApiError, AppState};
+use crate::model::{PredictOptions, Prediction, QueryError, Scratch};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rayon::prelude::*;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The OpenAPI 3 description of this API (kept in the repository as `openapi.json`).
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+/// One prediction request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictRequest {
+    /// `[[id, value], ...]`.
+    features: Vec<(u32, f64)>,
+    /// How many labels (default: the server's `default_k`).
+    k: Option<usize>,
+    /// Beam width (default: the server's, else the model's).
+    beam: Option<usize>,
+    /// Depth-aware early stopping; this model version only runs the full beam search.
+    early_stop: Option<bool>,
+    /// REFRAG reranking; not in this model version.
+    rerank: Option<bool>,
+    /// FIAT imputation; not in this model version.
+    impute: Option<bool>,
+    /// BP router blocks to search; not in this model version.
+    block_candidates: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    instances: Vec<PredictRequest>,
+}
+
+/// Parses a JSON body: a syntax error is a 400, a well-formed body of the wrong shape a 422.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(limit)
+        } else {
+            ApiError::Malformed(r.body_text())
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::Invalid(e.to_string()),
+        _ => ApiError::Malformed(e.to_string()),
+    })
+}
+
+fn current(state: &AppState) -> Result<Arc<Loaded>, ApiError> {
+    state.current.load_full().ok_or(ApiError::NoModel)
+}
+
+/// Checks a request against the server's limits and the model, giving the model's inputs.
+fn prepare(
+    state: &AppState,
+    req: &PredictRequest,
+) -> Result<(Vec<u32>, Vec<f32>, PredictOptions), ApiError> {
+    let k = req.k.unwrap_or(state.cfg.default_k);
+    if k == 0 || k > state.cfg.max_k {
+        return Err(ApiError::Invalid(format!(
+            "k = {k} is not between 1 and {}",
+            state.cfg.max_k
+        )));
+    }
+    let beam = req.beam.or(state.cfg.beam);
+    if beam == Some(0) {
+        return Err(ApiError::Invalid("beam must be at least 1".into()));
+    }
+    let unsupported = [
+        ("early_stop", req.early_stop == Some(true)),
+        ("rerank", req.rerank == Some(true)),
+        ("impute", req.impute == Some(true)),
+        ("block_candidates", req.block_candidates.is_some()),
+    ];
+    if let Some((name, _)) = unsupported.iter().find(|(_, on)| *on) {
+        return Err(ApiError::Invalid(format!(
+            "`{name}` is not available: this model has no such stage"
+        )));
+    }
+    let mut idx = Vec::with_capacity(req.features.len());
+    let mut val = Vec::with_capacity(req.features.len());
+    for &(i, v) in &req.features {
+        let v32 = v as f32;
+        if !v32.is_finite() {
+            return Err(ApiError::Invalid(format!(
+                "feature {i}: value {v} is not a finite 32-bit float"
+            )));
+        }
+        idx.push(i);
+        val.push(v32);
+    }
+    Ok((idx, val, PredictOptions { k, beam }))
+}
+
+thread_local! {
+    static SCRATCH: RefCell<(Scratch, Prediction)> = RefCell::new(Default::default());
+}
+
+/// Runs one prediction with this thread's scratch space and renders its JSON.
+fn predict_one(
+    loaded: &Loaded,
+    idx: &[u32],
+    val: &[f32],
+    opts: &PredictOptions,
+) -> Result<Value, ApiError> {
+    let start = Instant::now();
+    let model = &loaded.model;
+    let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<Value, ApiError> {
+        model
+            .predict_into(idx, val, opts, scratch, out)
+            .map_err(|e: QueryError| ApiError::Invalid(e.to_string()))?;
+        metrics::histogram!("xmc_predict_depth").record(f64::from(out.depth));
+        metrics::histogram!("xmc_predict_nodes_evaluated").record(f64::from(out.nodes_evaluated));
+        let labels: Vec<u32> = out.labels.iter().map(|l| l.0).collect();
+        let mut body = json!({
+            "labels": labels,
+            "scores": out.scores,
+            "model": {"name": model.meta().name, "version": model.meta().version},
+            "stats": {
+                "depth": out.depth,
+                "nodes_evaluated": out.nodes_evaluated,
+                "block": Value::Null,
+                "early_stopped": false,
+                "elapsed_us": start.elapsed().as_secs_f64() * 1e6,
+            },
+        });
+        if let Some(names) = model.label_names() {
+            let n: Vec<&str> = labels
+                .iter()
+                .map(|&l| names.get(l as usize).map_or("", String::as_str))
+                .collect();
+            body["names"] = json!(n);
+        }
+        Ok(body)
+    };
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let (scratch, out) = &mut *s;
+            run(scratch, out)
+        }
+        Err(_) => run(&mut Scratch::default(), &mut Prediction::default()),
+    })
+}
+
+/// `POST /v1/predict`. Runs inline on the async worker: a prediction takes tens of
+/// microseconds, less than a hand-off to a pool (see ARCHITECTURE.md).
+pub async fn predict(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
+    let loaded = current(&state)?;
+    let (idx, val, opts) = prepare(&state, &req)?;
+    predict_one(&loaded, &idx, &val, &opts).map(Json)
+}
+
+/// `POST /v1/predict/batch`: spread over the prediction pool.
+pub async fn predict_batch(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let req: BatchRequest = parse(body, state.cfg.body_limit_bytes)?;
+    if req.instances.len() > state.cfg.max_batch {
+        return Err(ApiError::Invalid(format!(
+            "{} instances is over the batch limit of {}",
+            req.instances.len(),
+            state.cfg.max_batch
+        )));
+    }
+    let loaded = current(&state)?;
+    let prepared = req
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            prepare(&state, r).map_err(|e| match e {
+                ApiError::Invalid(m) => ApiError::Invalid(format!("instance {i}: {m}")),
+                other => other,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let l = loaded.clone();
+    state.pool.spawn(move || {
+        let out: Vec<Result<Value, ApiError>> = prepared
+            .par_iter()
+            .map(|(idx, val, opts)| predict_one(&l, idx, val, opts))
+            .collect();
+        let _ = tx.send(out);
+    });
+    let results = rx
+        .await
+        .map_err(|_| ApiError::Internal("the prediction pool dropped a batch".into()))?;
+    let mut predictions = Vec::with_capacity(results.len());
+    for (i, r) in results.into_iter().enumerate() {
+        predictions.push(r.map_err(|e| match e {
+            ApiError::Invalid(m) => ApiError::Invalid(format!("instance {i}: {m}")),
+            other => other,
+        })?);
+    }
+    let meta = loaded.model.meta();
+    Ok(Json(json!({
+        "predictions": predictions,
+        "model": {"name": meta.name, "version": meta.version},
+    })))
+}
+
+/// `GET /v1/model`: the serving model's metadata and the reload status.
+pub async fn model_info(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let status = state
+        .status
+        .lock()
+        .map(|s| s.clone())
+        .map_err(|_| ApiError::Internal("status lock poisoned".into()))?;
+    let loaded = state.current.load_full();
+    let model = loaded.as_ref().map(|l| {
+        json!({
+            "path": state.cfg.model.display().to_string(),
+            "loaded_unix": l.loaded_unix,
+            "file_bytes": l.model.bundle().file_len(),
+            "meta": l.model.meta(),
+        })
+    });
+    Ok(Json(json!({ "model": model, "reloads": status })))
+}
+
+/// `POST /v1/admin/reload`: loads the model path now (needs the bearer token).
+pub async fn admin_reload(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let Some(token) = state.cfg.admin_token.as_deref() else {
+        return Err(ApiError::AdminOff);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        return Err(ApiError::Unauthorized);
+    }
+    match reload::load_now(&state, true).await {
+        Ok(ReloadOutcome::Loaded(version)) => {
+            Ok(Json(json!({"reloaded": true, "version": version})))
+        }
+        Ok(ReloadOutcome::Unchanged) => Ok(Json(json!({"reloaded": false}))),
+        Err(e) => Err(ApiError::ReloadFailed(e)),
+    }
+}
+
+/// Compares two byte strings in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: a model is loaded.
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let loaded = current(&state)?;
+    Ok(Json(
+        json!({"status": "ready", "version": loaded.model.meta().version}),
+    ))
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// `GET /openapi.json`.
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// Unknown routes get the same error shape.
+pub async fn not_found() -> Response {
+    let body = json!({"error": {"code": "not_found", "message": "no such route"}});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}

@@ -1,0 +1,413 @@
+//! The HTTP API, driven through `app()` with `oneshot` (no socket): every route, every error
+//! code, hot swaps and a corrupt bundle.
+#![allow(clippy::unwrap_used)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tower::ServiceExt;
+use xmc::config::TrainConfig;
+use xmc::data;
+use xmc::serve::{AppState, ServeConfig, app};
+use xmc::train::{self, Quiet, TrainInputs};
+
+/// Trains a small model on vendored Corel5k (499 features, 374 labels) and writes it to `path`.
+fn write_model(path: &Path, seed: u64) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
+    let mut ds = data::read_xc_file(&dir).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let cfg =
+        TrainConfig::load(None, &[format!("seed={seed}"), "max_leaf=60".to_string()]).unwrap();
+    let t = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
+    t.write(path).unwrap();
+    t.meta.version.clone()
+}
+
+fn config(model: PathBuf, token: Option<&str>) -> ServeConfig {
+    let mut cfg = ServeConfig::defaults();
+    cfg.model = model;
+    cfg.poll_interval_ms = 0;
+    cfg.body_limit_bytes = 4096;
+    cfg.max_batch = 4;
+    cfg.max_k = 20;
+    cfg.pool_threads = 2;
+    cfg.admin_token = token.map(str::to_string);
+    cfg
+}
+
+async fn call(
+    state: &Arc<AppState>,
+    method: &str,
+    uri: &str,
+    body: Option<String>,
+) -> (StatusCode, Value) {
+    call_with(state, method, uri, body, None).await
+}
+
+async fn call_with(
+    state: &Arc<AppState>,
+    method: &str,
+    uri: &str,
+    body: Option<String>,
+    auth: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    let req = req.body(body.map_or_else(Body::empty, Body::from)).unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+fn assert_error(status: StatusCode, body: &Value, want: StatusCode) {
+    assert_eq!(status, want, "{body}");
+    assert!(body["error"]["code"].is_string(), "{body}");
+    assert!(body["error"]["message"].is_string(), "{body}");
+}
+
+async fn loaded_state(token: Option<&str>) -> (tempfile::TempDir, Arc<AppState>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xmcb");
+    let version = write_model(&path, 1);
+    let state = AppState::new(config(path, token)).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    (dir, state, version)
+}
+
+#[tokio::test]
+async fn predict_returns_k_labels_with_stats_and_version() {
+    let (_dir, state, version) = loaded_state(None).await;
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(json!({"features": [[3, 1.0], [17, 0.5], [17, 0.5]], "k": 5}).to_string()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["labels"].as_array().unwrap().len(), 5);
+    assert_eq!(v["scores"].as_array().unwrap().len(), 5);
+    assert_eq!(v["model"]["version"], version);
+    for key in [
+        "depth",
+        "nodes_evaluated",
+        "block",
+        "early_stopped",
+        "elapsed_us",
+    ] {
+        assert!(v["stats"].get(key).is_some(), "{v}");
+    }
+    // The default k.
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[3, 1]]}"#.into()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["labels"].as_array().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn batch_predicts_every_instance() {
+    let (_dir, state, version) = loaded_state(None).await;
+    let body = json!({"instances": [{"features": [[1, 1.0]], "k": 2}, {"features": [[2, 1.0], [9, 2.0]], "k": 3}]});
+    let (s, v) = call(&state, "POST", "/v1/predict/batch", Some(body.to_string())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let preds = v["predictions"].as_array().unwrap();
+    assert_eq!(preds[0]["labels"].as_array().unwrap().len(), 2);
+    assert_eq!(preds[1]["labels"].as_array().unwrap().len(), 3);
+    assert_eq!(v["model"]["version"], version);
+}
+
+#[tokio::test]
+async fn every_error_has_its_code_and_shape() {
+    let (_dir, state, _) = loaded_state(None).await;
+    let p = |b: &str| Some(b.to_string());
+    let cases: Vec<(&str, &str, Option<String>, StatusCode)> = vec![
+        (
+            "POST",
+            "/v1/predict",
+            p("{\"features\": [[1, 1.0]"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p("not json"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            Some(format!(
+                "{{\"features\": [{}[1, 1.0]]}}",
+                "[1, 1.0],".repeat(1000)
+            )),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[499, 1.0]]}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1e300]]}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1.0]], "k": 0}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1.0]], "k": 21}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1.0]], "colour": "red"}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[-1, 1.0]]}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1.0]], "rerank": true}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict/batch",
+            Some(json!({"instances": vec![json!({"features": [[1, 1.0]]}); 5]}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict/batch",
+            p(r#"{"instances": [{"features": [[1, 1.0]]}, {"features": [[1000, 1.0]]}]}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("GET", "/v1/nope", None, StatusCode::NOT_FOUND),
+        ("POST", "/v1/admin/reload", None, StatusCode::NOT_FOUND),
+    ];
+    for (method, uri, body, want) in cases {
+        let (s, v) = call(&state, method, uri, body.clone()).await;
+        assert_error(s, &v, want);
+    }
+    // The feature-range error names the feature.
+    let (_, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        p(r#"{"features": [[499, 1.0]]}"#),
+    )
+    .await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("499"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn without_a_model_predictions_are_503_and_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = AppState::new(config(dir.path().join("missing.xmcb"), None)).unwrap();
+    assert!(xmc::serve::reload_now(&state).await.is_err());
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[1, 1.0]]}"#.into()),
+    )
+    .await;
+    assert_error(s, &v, StatusCode::SERVICE_UNAVAILABLE);
+    let (s, v) = call(&state, "GET", "/readyz", None).await;
+    assert_error(s, &v, StatusCode::SERVICE_UNAVAILABLE);
+    let (s, _) = call(&state, "GET", "/healthz", None).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn info_routes_health_metrics_and_openapi() {
+    let (_dir, state, version) = loaded_state(None).await;
+    let (s, v) = call(&state, "GET", "/healthz", None).await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("ok")));
+    let (s, v) = call(&state, "GET", "/readyz", None).await;
+    assert_eq!(
+        (s, v["version"].as_str()),
+        (StatusCode::OK, Some(version.as_str()))
+    );
+    let (s, v) = call(&state, "GET", "/v1/model", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["model"]["meta"]["version"], version);
+    assert_eq!(v["model"]["meta"]["n_features"], 499);
+    call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[1, 1.0]]}"#.into()),
+    )
+    .await;
+    let (s, v) = call(&state, "GET", "/metrics", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = v.as_str().unwrap();
+    for m in [
+        "xmc_requests_total",
+        "xmc_request_duration_seconds",
+        "xmc_model_info",
+        "xmc_predict_depth",
+        "xmc_model_reloads_total",
+        "xmc_inflight_requests",
+    ] {
+        assert!(text.contains(m), "no {m} in {text}");
+    }
+    assert!(text.contains("route=\"/v1/predict\""), "{text}");
+    let (s, v) = call(&state, "GET", "/openapi.json", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["openapi"], "3.1.0");
+}
+
+#[tokio::test]
+async fn admin_reload_needs_the_token() {
+    let (_dir, state, version) = loaded_state(Some("s3cret")).await;
+    let (s, v) = call_with(&state, "POST", "/v1/admin/reload", None, None).await;
+    assert_error(s, &v, StatusCode::UNAUTHORIZED);
+    let (s, v) = call_with(
+        &state,
+        "POST",
+        "/v1/admin/reload",
+        None,
+        Some("Bearer wrong"),
+    )
+    .await;
+    assert_error(s, &v, StatusCode::UNAUTHORIZED);
+    let (s, v) = call_with(
+        &state,
+        "POST",
+        "/v1/admin/reload",
+        None,
+        Some("Bearer s3cret"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["version"], version);
+}
+
+#[tokio::test]
+async fn a_corrupt_bundle_keeps_the_old_model_and_is_reported() {
+    let (dir, state, version) = loaded_state(Some("t")).await;
+    let path = dir.path().join("model.xmcb");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let tmp = dir.path().join("tmp.xmcb");
+    std::fs::write(&tmp, &bytes).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let (s, v) = call_with(&state, "POST", "/v1/admin/reload", None, Some("Bearer t")).await;
+    assert_error(s, &v, StatusCode::INTERNAL_SERVER_ERROR);
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[1, 1.0]]}"#.into()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["model"]["version"], version);
+    let (_, v) = call(&state, "GET", "/v1/model", None).await;
+    assert!(
+        v["reloads"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("model.xmcb"),
+        "{v}"
+    );
+    assert_eq!(v["model"]["meta"]["version"], version);
+    let (_, m) = call(&state, "GET", "/metrics", None).await;
+    assert!(
+        m.as_str()
+            .unwrap()
+            .contains("xmc_model_reloads_total{result=\"error\"}"),
+        "{m}"
+    );
+    // A truncated file too.
+    std::fs::write(&tmp, &bytes[..bytes.len() / 3]).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(xmc::serve::reload_now(&state).await.is_err());
+    let (s, _) = call(&state, "GET", "/readyz", None).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_answering_through_twenty_swaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.xmcb"), dir.path().join("b.xmcb"));
+    let va = write_model(&a, 1);
+    let vb = write_model(&b, 2);
+    assert_ne!(va, vb);
+    let live = dir.path().join("live.xmcb");
+    std::os::unix::fs::symlink(&a, &live).unwrap();
+    let state = AppState::new(config(live.clone(), None)).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let (state, stop) = (state.clone(), stop.clone());
+        let (va, vb) = (va.clone(), vb.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (s, v) = call(
+                    &state,
+                    "POST",
+                    "/v1/predict",
+                    Some(r#"{"features": [[1, 1.0], [7, 0.5]]}"#.into()),
+                )
+                .await;
+                assert_eq!(s, StatusCode::OK, "{v}");
+                let ver = v["model"]["version"].as_str().unwrap();
+                assert!(ver == va || ver == vb, "{ver}");
+                n += 1;
+            }
+            n
+        })
+    };
+    for i in 0..20 {
+        // Flip the symlink atomically: a new link renamed over the old one.
+        let target = if i % 2 == 0 { &b } else { &a };
+        let tmp = dir.path().join("live.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp).unwrap();
+        std::fs::rename(&tmp, &live).unwrap();
+        let outcome = xmc::serve::reload_now(&state).await.unwrap();
+        let want = if i % 2 == 0 { &vb } else { &va };
+        assert_eq!(outcome, xmc::serve::ReloadOutcome::Loaded(want.clone()));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered = client.await.unwrap();
+    assert!(answered > 0);
+}
