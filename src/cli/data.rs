@@ -1,5 +1,6 @@
 //! `xmc data ...`: data set statistics and the synthetic generator.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -80,7 +81,11 @@ fn stats(args: StatsArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let stats = DataStats::of(&ds);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&stats)?
+        )?;
     } else {
         print!("{stats}");
     }

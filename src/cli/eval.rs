@@ -8,6 +8,7 @@ use crate::model::evaluate::evaluate_model;
 use crate::model::{Model, PredictOptions};
 use anyhow::{Context, bail};
 use clap::Args;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `xmc eval`. Give `--model` and `--data`, or `--truth` and `--pred`.
@@ -57,7 +58,11 @@ fn cutoffs(k: usize) -> Vec<usize> {
 
 fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(&report.quality_json())?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string(&report.quality_json())?
+        )?;
     } else {
         print!("{report}");
     }

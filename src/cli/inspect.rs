@@ -5,6 +5,7 @@ use crate::model::Model;
 use anyhow::Context;
 use clap::Args;
 use serde_json::json;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -80,34 +81,50 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let verify_ms = start.elapsed().as_secs_f64() * 1e3;
     let r = report(&model, open_ms, verify_ms);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&r)?)?;
         return Ok(());
     }
     let m = model.meta();
-    println!("model      {} (version {})", m.name, m.version);
-    println!(
+    writeln!(
+        std::io::stdout(),
+        "model      {} (version {})",
+        m.name,
+        m.version
+    )?;
+    writeln!(
+        std::io::stdout(),
         "file       {} bytes, format v{}",
-        r["file_bytes"], r["format_version"]
-    );
-    println!("open       {open_ms:.3} ms (checksums verified in {verify_ms:.1} ms)");
-    println!(
+        r["file_bytes"],
+        r["format_version"]
+    )?;
+    writeln!(
+        std::io::stdout(),
+        "open       {open_ms:.3} ms (checksums verified in {verify_ms:.1} ms)"
+    )?;
+    writeln!(
+        std::io::stdout(),
         "shape      {} features, {} labels, {} tree(s), loss {:?}, beam {}",
-        m.n_features, m.n_labels, m.trees, m.loss, m.beam
-    );
+        m.n_features,
+        m.n_labels,
+        m.trees,
+        m.loss,
+        m.beam
+    )?;
     if let Some(h) = &m.heldout {
-        println!("held-out   {h}");
+        writeln!(std::io::stdout(), "held-out   {h}")?;
     }
     for (t, tree) in r["trees"].as_array().into_iter().flatten().enumerate() {
-        println!("tree {t}     {tree}");
+        writeln!(std::io::stdout(), "tree {t}     {tree}")?;
     }
-    println!("sections:");
+    writeln!(std::io::stdout(), "sections:")?;
     for s in r["sections"].as_array().into_iter().flatten() {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "  {:<28} {:>6} {:>12} bytes",
             s["name"].as_str().unwrap_or(""),
             s["dtype"].as_str().unwrap_or(""),
             s["bytes"]
-        );
+        )?;
     }
     Ok(())
 }
