@@ -1,0 +1,84 @@
+//! `xmc eval --truth --pred` on vendored data.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Command;
+use xmc::data;
+use xmc::eval::predfile::{Ranked, write_predictions};
+
+fn xmc(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xmc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_truth_scored_against_itself_has_p_at_1_of_one() {
+    let truth = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Bibtex/test.txt.gz");
+    let ds = data::read_xc_file(&truth).unwrap();
+    let preds: Vec<Ranked> = (0..ds.n_points())
+        .map(|i| ds.label_row(i).iter().map(|&l| (l, 1.0)).collect())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let pred = dir.path().join("pred.txt");
+    write_predictions(&preds, std::fs::File::create(&pred).unwrap()).unwrap();
+    let out = xmc(&[
+        "eval",
+        "--truth",
+        truth.to_str().unwrap(),
+        "--pred",
+        pred.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["n", "p@1", "p@3", "p@5", "ndcg@5", "psp@5", "coverage@5"] {
+        assert!(r.get(key).is_some(), "no {key} in {r}");
+    }
+    assert_eq!(r["n"], 2515);
+    assert_eq!(r["p@1"], 1.0);
+    assert_eq!(r["ndcg@5"], 1.0);
+    // PSP@5 is below 1 where a point has more than 5 labels: the truth lists them by id, not
+    // rarest first, which is what the normaliser assumes.
+    assert!(r["psp@5"].as_f64().unwrap() > 0.95);
+    assert_eq!(r["coverage@5"], 1.0);
+}
+
+#[test]
+fn a_line_count_mismatch_and_a_bad_token_are_errors() {
+    let truth = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/test.txt.gz");
+    let dir = tempfile::tempdir().unwrap();
+    let pred = dir.path().join("pred.txt");
+    std::fs::write(&pred, "1:0.5\n").unwrap();
+    let out = xmc(&[
+        "eval",
+        "--truth",
+        truth.to_str().unwrap(),
+        "--pred",
+        pred.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 lines"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&pred, "1:0.5 2:zz\n").unwrap();
+    let out = xmc(&[
+        "eval",
+        "--truth",
+        truth.to_str().unwrap(),
+        "--pred",
+        pred.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("line 1") && err.contains("`2:zz`"),
+        "{err}"
+    );
+}
