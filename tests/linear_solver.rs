@@ -184,21 +184,46 @@ fn a_label_on_every_point_gets_a_positive_bias() {
 }
 
 #[test]
-fn empty_rows_and_all_zero_features_are_fine() {
-    // Row 1 is empty; feature 2 never occurs.
+fn an_empty_row_is_fine() {
+    // Row 1 has no features at all; it still counts as a (negative) example.
     let x = tiny(&[&[(0, 1.0)], &[], &[(1, 1.0)], &[(0, 0.5), (1, 0.5)]], 3);
     let cols = linear::train_columns(&x, &[vec![0, 3], vec![1]], &SolverParams::DEFAULT).unwrap();
     check_finite(&cols);
+    // Feature 2 never occurs, so no column may weight it.
     assert!(cols.iter().all(|c| !c.indices.contains(&2)));
-    // No features at all: only biases can be learned.
-    let empty = tiny(&[&[], &[], &[]], 4);
-    let cols = linear::train_columns(&empty, &[vec![0], vec![]], &SolverParams::DEFAULT).unwrap();
-    check_finite(&cols);
-    assert!(cols.iter().all(|c| c.indices.is_empty()));
-    // No rows.
+    // Label 1's only positive is the empty row: only its bias can move, and the
+    // three other rows are negatives, so it stays below zero.
+    assert!(
+        cols[1]
+            .indices
+            .iter()
+            .zip(&cols[1].values)
+            .all(|(_, w)| *w <= 0.0)
+    );
+    // No rows at all: nothing to fit, a zero model.
     let none = tiny(&[], 4);
     let cols = linear::train_columns(&none, &[vec![]], &SolverParams::DEFAULT).unwrap();
     assert_eq!(cols[0].bias, 0.0);
+    assert!(cols[0].indices.is_empty());
+}
+
+#[test]
+fn all_zero_features_leave_only_biases() {
+    // Every row is empty (an all-zero feature matrix), and explicit zeros add nothing.
+    let empty = tiny(&[&[], &[(1, 0.0)], &[]], 4);
+    let cols = linear::train_columns(
+        &empty,
+        &[vec![0], vec![], vec![0, 1, 2]],
+        &SolverParams::DEFAULT,
+    )
+    .unwrap();
+    check_finite(&cols);
+    assert!(cols.iter().all(|c| c.values.iter().all(|w| *w == 0.0)));
+    // The biases still order the labels by their base rates.
+    assert!(
+        cols[2].bias > cols[0].bias && cols[0].bias > cols[1].bias,
+        "{cols:?}"
+    );
 }
 
 #[test]
