@@ -2,14 +2,19 @@
 //!
 //! Data: `XMC_BENCH_DATA` (a directory with `train.txt.gz` and `test.txt.gz`), by default
 //! `../shared/datasets/debian-deps`, the largest set there. `XMC_BENCH_STRIDE` (default 8) picks
-//! every s-th label for the head-to-head runs: the reference solver needs about 45 ms per label
-//! on this data, so all 31,824 labels would take it about 25 minutes on 2 cores. The subset keeps
-//! head and tail labels in their natural proportion. P@1 on the subset ranks only its labels.
+//! every s-th label for the head-to-head runs: the reference solver needs about 0.12 s of one
+//! core per label on this data, so all 31,824 labels would take it about an hour on 2 cores.
+//! The subset keeps head and tail labels in their natural proportion. P@1 on the subset ranks
+//! only its labels. `XMC_BENCH_STRIDE=1` runs the head-to-head on every label.
+//!
+//! `XMC_BENCH_THREADS` (default 2) is the thread count of the head-to-head and all-label runs.
+//! The thread scaling runs PPDSparse on every `XMC_BENCH_SCALING_STRIDE`-th label (default: the
+//! head-to-head stride) on 1, 2 and, when more are asked for, `XMC_BENCH_THREADS` threads.
 //!
 //! Prints, in one run: training time and test P@1 of PPDSparse and of the reference on the
-//! subset (2 threads), the ratio, PPDSparse on 1 thread and the 1 → 2 thread speed-up, then
-//! PPDSparse on every label: time, P@1 and nnz(W) after pruning.
-//! Run with `cargo bench --bench solver`. It prints figures and asserts nothing about time.
+//! subset, the ratio, the 1 → 2 (→ N) thread speed-ups, then PPDSparse on every label: time,
+//! P@1 and nnz(W) after pruning. Run with `cargo bench --bench solver`. It prints figures and
+//! asserts nothing about time.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -85,25 +90,35 @@ fn nnz(cols: &[LinearColumn]) -> usize {
     cols.iter().map(|c| c.indices.len()).sum()
 }
 
+fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(s) => Ok(s.parse::<usize>()?.max(1)),
+        Err(_) => Ok(default),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
         |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/debian-deps"),
         PathBuf::from,
     );
-    let stride: usize = std::env::var("XMC_BENCH_STRIDE").map_or(Ok(8), |s| s.parse())?;
+    let stride = env_usize("XMC_BENCH_STRIDE", 8)?;
+    let threads = env_usize("XMC_BENCH_THREADS", 2)?;
+    let scaling_stride = env_usize("XMC_BENCH_SCALING_STRIDE", stride)?;
     let mut ds = data::read_xc_file(&dir.join("train.txt.gz"))?;
     data::l2_normalize_rows(&mut ds.features);
     let mut test = data::read_xc_file(&dir.join("test.txt.gz"))?;
     data::l2_normalize_rows(&mut test.features);
     println!(
-        "{}: {} train points, {} features, {} labels; {} test points",
+        "{}: {} train points, {} features, {} labels; {} test points; {} cores available",
         dir.display(),
         ds.n_points(),
         ds.n_features(),
         ds.n_labels(),
-        test.n_points()
+        test.n_points(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    let subset: Vec<u32> = (0..ds.n_labels() as u32).step_by(stride.max(1)).collect();
+    let subset: Vec<u32> = (0..ds.n_labels() as u32).step_by(stride).collect();
     let pos = positives(&ds, &subset);
     let ppd = SolverParams::DEFAULT;
     let reference = SolverParams {
@@ -111,20 +126,20 @@ fn main() -> anyhow::Result<()> {
         ..ppd
     };
     println!(
-        "head-to-head on every {stride}-th label ({} labels):",
+        "head-to-head on every {stride}-th label ({} labels), {threads} threads:",
         subset.len()
     );
-    let (pc, pt) = train(&ds, &pos, &ppd, 2)?;
+    let (pc, pt) = train(&ds, &pos, &ppd, threads)?;
     let pp1 = p_at_1(&test, &subset, &pc);
     println!(
-        "  PPDSparse, 2 threads: {pt:.2} s, P@1 {pp1:.4}, nnz(W) {}, unconverged {}",
+        "  PPDSparse: {pt:.2} s, P@1 {pp1:.4}, nnz(W) after pruning {}, unconverged {}",
         nnz(&pc),
         pc.iter().filter(|c| !c.stats.converged).count()
     );
-    let (rc, rt) = train(&ds, &pos, &reference, 2)?;
+    let (rc, rt) = train(&ds, &pos, &reference, threads)?;
     let rp1 = p_at_1(&test, &subset, &rc);
     println!(
-        "  reference, 2 threads: {rt:.2} s, P@1 {rp1:.4}, nnz(W) {}, unconverged {}",
+        "  reference: {rt:.2} s, P@1 {rp1:.4}, nnz(W) after pruning {}, unconverged {}",
         nnz(&rc),
         rc.iter().filter(|c| !c.stats.converged).count()
     );
@@ -133,19 +148,38 @@ fn main() -> anyhow::Result<()> {
         rt / pt,
         100.0 * (pp1 - rp1)
     );
-    let (_, pt1) = train(&ds, &pos, &ppd, 1)?;
+    drop((pc, rc));
+
+    let scaling: Vec<u32> = (0..ds.n_labels() as u32).step_by(scaling_stride).collect();
+    let pos_s = positives(&ds, &scaling);
     println!(
-        "  PPDSparse, 1 thread: {pt1:.2} s; speed-up 1 -> 2 threads {:.2}x",
-        pt1 / pt
+        "thread scaling, PPDSparse on every {scaling_stride}-th label ({} labels):",
+        scaling.len()
     );
-    let all: Vec<u32> = (0..ds.n_labels() as u32).collect();
-    let pos = positives(&ds, &all);
-    let (ac, at) = train(&ds, &pos, &ppd, 2)?;
+    let (_, t1) = train(&ds, &pos_s, &ppd, 1)?;
+    let (_, t2) = train(&ds, &pos_s, &ppd, 2)?;
     println!(
-        "all {} labels, PPDSparse, 2 threads: {at:.2} s, P@1 {:.4}, nnz(W) after pruning {}",
-        all.len(),
-        p_at_1(&test, &all, &ac),
-        nnz(&ac)
+        "  1 thread {t1:.2} s, 2 threads {t2:.2} s: speed-up 1 -> 2 threads {:.2}x",
+        t1 / t2
     );
+    if threads > 2 {
+        let (_, tn) = train(&ds, &pos_s, &ppd, threads)?;
+        println!(
+            "  {threads} threads {tn:.2} s: speed-up 1 -> {threads} threads {:.2}x",
+            t1 / tn
+        );
+    }
+
+    if stride > 1 {
+        let all: Vec<u32> = (0..ds.n_labels() as u32).collect();
+        let pos = positives(&ds, &all);
+        let (ac, at) = train(&ds, &pos, &ppd, threads)?;
+        println!(
+            "all {} labels, PPDSparse, {threads} threads: {at:.2} s, P@1 {:.4}, nnz(W) after pruning {}",
+            all.len(),
+            p_at_1(&test, &all, &ac),
+            nnz(&ac)
+        );
+    }
     Ok(())
 }
