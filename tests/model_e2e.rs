@@ -131,6 +131,47 @@ fn a_stored_label_id_out_of_range_is_refused_at_open() {
 }
 
 #[test]
+fn label_and_feature_names_round_trip_and_wrong_counts_are_refused() {
+    let ds = load("Corel5k", "train");
+    let cfg = TrainConfig::load(None, &["model=flat".to_string()]).unwrap();
+    let names = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    };
+    let inputs = TrainInputs {
+        label_names: Some(names("label", ds.n_labels())),
+        feature_names: Some(names("word", ds.n_features())),
+        ..TrainInputs::default()
+    };
+    let trained = train::train(&ds, &cfg, inputs, &Quiet).unwrap();
+    let model =
+        Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
+    assert_eq!(model.label_names().unwrap()[7], "label7");
+    assert_eq!(model.feature_names().unwrap().len(), ds.n_features());
+    assert_eq!(model.feature_names().unwrap()[498], "word498");
+    assert!(model.meta().has_feature_names);
+
+    let short = TrainInputs {
+        feature_names: Some(names("word", 3)),
+        ..TrainInputs::default()
+    };
+    let err = train::train(&ds, &cfg, short, &Quiet)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 feature names for 499 features"), "{err}");
+
+    // A bundle whose name section disagrees with its metadata is refused at open.
+    let mut tampered = trained;
+    tampered.feature_names = Some(names("word", 5));
+    let err = Model::from_bundle(Bundle::from_bytes(&tampered.to_bytes().unwrap()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("feature_names holds 5 names for 499 items"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_queries_are_errors_not_panics() {
     let ds = load("Corel5k", "train");
     let trained = train_with(&ds, &["max_leaf=50"]);

@@ -110,6 +110,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         m.loss,
         m.beam
     )?;
+    writeln!(
+        std::io::stdout(),
+        "names      label names: {}, feature names: {}",
+        if m.has_label_names { "yes" } else { "no" },
+        if m.has_feature_names { "yes" } else { "no" }
+    )?;
     if let Some(h) = &m.heldout {
         writeln!(std::io::stdout(), "held-out   {h}")?;
     }

@@ -30,6 +30,10 @@ pub struct TrainArgs {
     /// Label names, one per line; default: `labels.txt[.gz]` beside the training file, if present.
     #[arg(long)]
     pub label_names: Option<PathBuf>,
+    /// Feature names, one per line; default: `features.txt[.gz]` beside the training file, if
+    /// present.
+    #[arg(long)]
+    pub feature_names: Option<PathBuf>,
     /// Overrides a config key, e.g. `--set trees=3`. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -38,13 +42,29 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
-/// Finds `labels.txt` or `labels.txt.gz` beside the training file.
-fn default_label_names(train: &Path) -> Option<PathBuf> {
+/// Finds `{stem}.txt` or `{stem}.txt.gz` beside the training file.
+fn names_beside(train: &Path, stem: &str) -> Option<PathBuf> {
     let dir = train.parent()?;
-    ["labels.txt", "labels.txt.gz"]
+    [format!("{stem}.txt"), format!("{stem}.txt.gz")]
         .iter()
         .map(|n| dir.join(n))
         .find(|p| p.is_file())
+}
+
+/// Reads the names file given on the command line, or else the one named `{stem}` beside the
+/// training file, if there is one.
+fn load_names(
+    given: Option<&Path>,
+    train: &Path,
+    stem: &str,
+) -> anyhow::Result<Option<Vec<String>>> {
+    let path = given
+        .map(Path::to_path_buf)
+        .or_else(|| names_beside(train, stem));
+    path.map(|p| {
+        data::read_names(&p).with_context(|| format!("reading names from {}", p.display()))
+    })
+    .transpose()
 }
 
 /// Reads a data file, L2-normalizing rows when the config asks for it.
@@ -68,18 +88,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let ds = load_data(&args.train, cfg.normalize)?;
     let read_s = start.elapsed().as_secs_f64();
-    let names_path = args
-        .label_names
-        .clone()
-        .or_else(|| default_label_names(&args.train));
-    let label_names = match &names_path {
-        Some(p) => Some(
-            data::read_names(p).with_context(|| format!("reading label names {}", p.display()))?,
-        ),
-        None => None,
-    };
     let inputs = TrainInputs {
-        label_names,
+        label_names: load_names(args.label_names.as_deref(), &args.train, "labels")?,
+        feature_names: load_names(args.feature_names.as_deref(), &args.train, "features")?,
         train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
     };
     let bars = Bars::new();

@@ -35,6 +35,9 @@ pub struct ModelMeta {
     pub beam: usize,
     /// Whether a `label_names` section is present.
     pub has_label_names: bool,
+    /// Whether a `feature_names` section is present (absent in bundles made before it existed).
+    #[serde(default)]
+    pub has_feature_names: bool,
     /// The full training configuration.
     pub config: TrainConfig,
     /// Statistics of the training data.

@@ -90,6 +90,7 @@ pub struct Model {
     meta: ModelMeta,
     trees: Vec<MappedTree>,
     label_names: Option<Vec<String>>,
+    feature_names: Option<Vec<String>>,
     train_counts: Section<u32>,
     train_points: usize,
 }
@@ -142,19 +143,13 @@ impl Model {
                 .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
-        let label_names = if meta.has_label_names {
-            let names: Vec<String> = bundle.json("label_names")?;
-            if names.len() != meta.n_labels {
-                return Err(ModelError::Meta(format!(
-                    "{} label names for {} labels",
-                    names.len(),
-                    meta.n_labels
-                )));
-            }
-            Some(names)
-        } else {
-            None
-        };
+        let label_names = names(&bundle, meta.has_label_names, "label_names", meta.n_labels)?;
+        let feature_names = names(
+            &bundle,
+            meta.has_feature_names,
+            "feature_names",
+            meta.n_features,
+        )?;
         let train_counts = bundle.u32s("labels.train_count")?;
         if train_counts.len() != meta.n_labels {
             return Err(ModelError::Meta(format!(
@@ -173,6 +168,7 @@ impl Model {
             meta,
             trees,
             label_names,
+            feature_names,
             train_counts,
             train_points,
         })
@@ -266,6 +262,11 @@ impl Model {
         Ok(out)
     }
 
+    /// The feature names, when the model has them.
+    pub fn feature_names(&self) -> Option<&[String]> {
+        self.feature_names.as_deref()
+    }
+
     /// Training points per label (for propensities and rare-label handling).
     pub fn train_label_counts(&self) -> &[u32] {
         &self.train_counts
@@ -280,6 +281,27 @@ impl Model {
     pub fn loss(&self) -> Loss {
         self.meta.loss
     }
+}
+
+/// Reads the name section `section` when the metadata says it is present, and checks that it names
+/// exactly `expected` items.
+fn names(
+    bundle: &Bundle,
+    present: bool,
+    section: &str,
+    expected: usize,
+) -> Result<Option<Vec<String>>, ModelError> {
+    if !present {
+        return Ok(None);
+    }
+    let names: Vec<String> = bundle.json(section)?;
+    if names.len() != expected {
+        return Err(ModelError::Meta(format!(
+            "{section} holds {} names for {expected} items",
+            names.len()
+        )));
+    }
+    Ok(Some(names))
 }
 
 /// Merges `(label, probability, depth)` candidates of several trees into one entry per label with

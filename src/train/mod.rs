@@ -65,6 +65,8 @@ pub struct Trained {
     pub label_counts: Vec<u32>,
     /// Label names, when known.
     pub label_names: Option<Vec<String>>,
+    /// Feature names, when known.
+    pub feature_names: Option<Vec<String>>,
     /// The metadata; the caller may add held-out metrics and timings before writing.
     pub meta: ModelMeta,
 }
@@ -74,9 +76,11 @@ impl Trained {
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
         add_arrays(&mut w, &self.trees, &self.label_counts)?;
-        if let Some(names) = &self.label_names {
-            w.add_json("label_names", names)?;
-        }
+        add_names(
+            &mut w,
+            self.label_names.as_deref(),
+            self.feature_names.as_deref(),
+        )?;
         w.add_json("meta", &self.meta)?;
         Ok(w)
     }
@@ -97,6 +101,8 @@ impl Trained {
 pub struct TrainInputs {
     /// Label names, one per label.
     pub label_names: Option<Vec<String>>,
+    /// Feature names, one per feature.
+    pub feature_names: Option<Vec<String>>,
     /// Statistics of the training file, recorded in the metadata.
     pub train_stats: serde_json::Value,
 }
@@ -130,6 +136,15 @@ pub fn train(
                 "{} label names for {} labels",
                 names.len(),
                 ds.n_labels()
+            )));
+        }
+    }
+    if let Some(names) = &inputs.feature_names {
+        if names.len() != ds.n_features() {
+            return Err(TrainError::Data(format!(
+                "{} feature names for {} features",
+                names.len(),
+                ds.n_features()
             )));
         }
     }
@@ -184,7 +199,12 @@ pub fn train(
         trees.push(arrays);
     }
     let label_counts = label_counts(ds);
-    let version = content_hash(&trees, &label_counts, inputs.label_names.as_deref())?;
+    let version = content_hash(
+        &trees,
+        &label_counts,
+        inputs.label_names.as_deref(),
+        inputs.feature_names.as_deref(),
+    )?;
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
         name: if cfg.name.is_empty() {
@@ -200,6 +220,7 @@ pub fn train(
         normalize: cfg.normalize,
         beam: cfg.beam,
         has_label_names: inputs.label_names.is_some(),
+        has_feature_names: inputs.feature_names.is_some(),
         config: cfg.clone(),
         train_data: if inputs.train_stats.is_null() {
             serde_json::to_value(crate::data::DataStats::of(ds)).unwrap_or_default()
@@ -220,6 +241,7 @@ pub fn train(
         trees,
         label_counts,
         label_names: inputs.label_names,
+        feature_names: inputs.feature_names,
         meta,
     })
 }
@@ -240,7 +262,22 @@ fn single_leaf(n_labels: usize) -> Result<TreeLayout, TreeError> {
     )
 }
 
-/// Adds every model array (all but `meta` and `label_names`) to `w`.
+/// Adds the optional name sections to `w`.
+fn add_names<'a>(
+    w: &mut BundleWriter<'a>,
+    label_names: Option<&[String]>,
+    feature_names: Option<&[String]>,
+) -> Result<(), FormatError> {
+    if let Some(names) = label_names {
+        w.add_json("label_names", &names)?;
+    }
+    if let Some(names) = feature_names {
+        w.add_json("feature_names", &names)?;
+    }
+    Ok(())
+}
+
+/// Adds every model array (all but `meta` and the name sections) to `w`.
 fn add_arrays<'a>(
     w: &mut BundleWriter<'a>,
     trees: &'a [TreeArrays<Vec<u32>, Vec<f32>>],
@@ -269,12 +306,11 @@ fn content_hash(
     trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
     label_counts: &[u32],
     label_names: Option<&[String]>,
+    feature_names: Option<&[String]>,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
     add_arrays(&mut w, trees, label_counts)?;
-    if let Some(names) = label_names {
-        w.add_json("label_names", names)?;
-    }
+    add_names(&mut w, label_names, feature_names)?;
     let digest = Sha256::digest(w.to_bytes()?);
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
 }
