@@ -54,7 +54,13 @@ fn objectives(
 /// PPDSparse's primal objective is within 1% of the reference's, and its reported gap is below
 /// the tolerance, for every column.
 fn compare(ds: &Dataset, labels: &[u32], loss: Loss, l1: f32) {
-    let pos = positives(ds, labels);
+    compare_columns(ds, &positives(ds, labels), labels, loss, l1);
+}
+
+/// As [`compare`], for explicit positive sets (`names` label the columns in messages).
+fn compare_columns(ds: &Dataset, pos: &[Vec<u32>], names: &[u32], loss: Loss, l1: f32) {
+    let pos = pos.to_vec();
+    let labels = names;
     let base = SolverParams {
         loss,
         l1,
@@ -93,6 +99,30 @@ const BIBTEX_LABELS: [u32; 6] = [0, 3, 17, 42, 100, 158];
 fn squared_hinge_matches_reference() {
     compare(&bibtex(), &BIBTEX_LABELS, Loss::SquaredHinge, 0.0);
     compare(&synthetic(), &[0, 1, 50, 199], Loss::SquaredHinge, 0.01);
+}
+
+/// Columns whose positives are a large share of the rows, as at a label tree's internal nodes,
+/// take PPDSparse's dense start (every sample active); they must still match the reference.
+#[test]
+fn dense_positive_columns_match_reference() {
+    let ds = bibtex();
+    // The points with any label below 40 (about half of Bibtex), and those with any label below
+    // 100, as two "child" columns.
+    let dense: Vec<Vec<u32>> = [40u32, 100]
+        .iter()
+        .map(|&cut| {
+            (0..ds.n_points() as u32)
+                .filter(|&i| ds.label_row(i as usize).iter().any(|&l| l < cut))
+                .collect()
+        })
+        .collect();
+    for col in &dense {
+        assert!(col.len() * 4 >= ds.n_points(), "{} positives", col.len());
+    }
+    for loss in [Loss::SquaredHinge, Loss::Hinge, Loss::Logistic] {
+        compare_columns(&ds, &dense, &[40, 100], loss, 0.0);
+    }
+    compare_columns(&ds, &dense, &[40, 100], Loss::SquaredHinge, 0.01);
 }
 
 #[test]

@@ -26,6 +26,9 @@ use rand_chacha::ChaCha8Rng;
 
 /// δ of Alg. 3: the tolerated error of the sparsified scores.
 const SPARSIFY_DELTA: f64 = 0.1;
+/// A column whose positives are at least 1/`DENSE_POSITIVES` of the samples starts with every
+/// sample active.
+const DENSE_POSITIVES: usize = 4;
 /// The most coordinate-descent epochs per round on the active set. Rounds are cheap to repeat, and
 /// the duality gap, not this cap, decides when a column is done.
 const INNER_EPOCHS: usize = 10;
@@ -47,9 +50,17 @@ pub(crate) fn solve(
         return ws.finish(params, positives, stats);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for &i in positives {
-        ws.active.push(i);
-        ws.in_active[i as usize] = true;
+    if positives.len().saturating_mul(DENSE_POSITIVES) >= n {
+        // Each round at least doubles A (κ grows to |A|), so with this many positives A would
+        // cover nearly every sample within two rounds anyway; starting there saves those rounds
+        // and their searches (the balanced internal nodes of a label tree are such columns).
+        ws.active.extend(0..n as u32);
+        ws.in_active[..n].fill(true);
+    } else {
+        for &i in positives {
+            ws.active.push(i);
+            ws.in_active[i as usize] = true;
+        }
     }
     let mut inner_tol = 0.1;
     // An estimate of F, for the per-sample threshold of the logistic loss (whose every sample has a
