@@ -1,0 +1,81 @@
+//! Any bytes given to `Model::from_bundle` give a model or an error, never a panic, and a model that
+//! opens answers any query without panicking: everything the request path indexes with is checked
+//! once, at open.
+//!
+//! Seed it with the golden model (`tests/data/golden/model-v1.xmcb`, see the README of this
+//! folder): random bytes almost never make a valid model's JSON metadata, while mutations of a real
+//! model reach the tree and chunk checks. As in `bundle_open`, each input is also tried with its
+//! container checksums recomputed, so mutated sections get past the header and table CRCs.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use xmc::bundle::Bundle;
+use xmc::model::{Model, PredictOptions};
+
+fuzz_target!(|data: &[u8]| {
+    exercise(data);
+    if let Some(resealed) = reseal(data) {
+        exercise(&resealed);
+    }
+});
+
+fn exercise(data: &[u8]) {
+    let Ok(bundle) = Bundle::from_bytes(data) else {
+        return;
+    };
+    let Ok(model) = Model::from_bundle(bundle) else {
+        return;
+    };
+    let d = model.meta().n_features as u32;
+    // A few queries made from the input's tail: ids in and out of range, any values (NaN too).
+    let tail = &data[data.len().saturating_sub(48)..];
+    let idx: Vec<u32> = tail
+        .chunks(4)
+        .map(|c| c.iter().fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b))))
+        .map(|x| if d > 0 && x % 4 != 0 { x % d } else { x })
+        .collect();
+    let val: Vec<f32> = tail
+        .chunks(4)
+        .map(|c| {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            f32::from_le_bytes(b)
+        })
+        .collect();
+    for k in [1, 5, 1000] {
+        for beam in [None, Some(1), Some(64)] {
+            let options = PredictOptions {
+                k,
+                beam,
+                ..PredictOptions::default()
+            };
+            let _ = model.predict(&idx, &val, &options);
+            let _ = model.predict(&idx[..idx.len() / 2], &vec![1.0; idx.len() / 2], &options);
+        }
+    }
+}
+
+/// A copy of `data` with the file length, table CRC, header CRC and footer CRC made consistent
+/// with the rest of the bytes, following the layout in the `xmc::bundle` module docs.
+fn reseal(data: &[u8]) -> Option<Vec<u8>> {
+    let mut b = data.to_vec();
+    if b.len() < 80 {
+        return None;
+    }
+    let count = u32::from_le_bytes(b[16..20].try_into().ok()?) as usize;
+    let table_end = count.checked_mul(64)?.checked_add(64)?;
+    if table_end > b.len() - 16 {
+        return None;
+    }
+    let len = b.len() as u64;
+    b[24..32].copy_from_slice(&len.to_le_bytes());
+    let table_crc = crc32fast::hash(&b[64..table_end]);
+    b[56..60].copy_from_slice(&table_crc.to_le_bytes());
+    let header_crc = crc32fast::hash(&b[..60]);
+    b[60..64].copy_from_slice(&header_crc.to_le_bytes());
+    let meta_crc = crc32fast::hash(&b[..table_end]);
+    let footer = b.len() - 16;
+    b[footer..footer + 4].copy_from_slice(&meta_crc.to_le_bytes());
+    Some(b)
+}
