@@ -42,7 +42,8 @@ pub struct EvalArgs {
     /// Propensity parameter B.
     #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
     pub propensity_b: f64,
-    /// Prediction options for `--model` mode: `beam=N`. Repeatable.
+    /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
+    /// `deadline_us=N`. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -70,16 +71,16 @@ fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
 }
 
 /// Parses `--set` prediction options.
-fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
+pub fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
     let mut opts = PredictOptions::default();
     for s in set {
         let (key, value) = s
             .split_once('=')
             .with_context(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let value = value.trim();
         match key.trim() {
             "beam" => {
                 let beam: usize = value
-                    .trim()
                     .parse()
                     .with_context(|| format!("`beam`: `{value}` is not a positive integer"))?;
                 if beam == 0 {
@@ -87,8 +88,25 @@ fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
                 }
                 opts.beam = Some(beam);
             }
-            other => bail!("unknown prediction option `{other}` (known: beam)"),
+            "early_stop" => {
+                opts.early_stop = match value {
+                    "true" | "on" => true,
+                    "false" | "off" => false,
+                    _ => bail!("`early_stop`: `{value}` is not true/false or on/off"),
+                }
+            }
+            "deadline_us" => {
+                opts.deadline_us = Some(value.parse().with_context(|| {
+                    format!("`deadline_us`: `{value}` is not a non-negative integer")
+                })?);
+            }
+            other => {
+                bail!("unknown prediction option `{other}` (known: beam, early_stop, deadline_us)")
+            }
         }
+    }
+    if opts.deadline_us.is_some() && !opts.early_stop {
+        bail!("`deadline_us` needs `early_stop=true`: the level-wise beam search has no deadline");
     }
     Ok(opts)
 }

@@ -41,7 +41,7 @@ pub fn evaluate_model(
             Some(&out.depths),
             Some(QueryStats {
                 nodes_evaluated: out.nodes_evaluated,
-                early_stopped: false,
+                early_stopped: out.early_stopped,
             }),
         );
     }
