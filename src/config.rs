@@ -209,12 +209,7 @@ impl TrainConfig {
                         format!("must be a number >= 0 (or inf), got {lp}"),
                     ));
                 }
-                // λ = 2λ'/(1 + λ') (§5.4 of Baharav et al.); λ' = ∞ is Fano coding, λ = 2.
-                self.lambda = if lp.is_infinite() {
-                    2.0
-                } else {
-                    (2.0 * lp / (1.0 + lp)) as f32
-                };
+                self.lambda = lambda_from_prime(lp) as f32;
             }
             "gamma" => self.gamma = as_f32(key, value)?,
             "freq" => {
@@ -312,6 +307,15 @@ impl TrainConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// λ = 2λ'/(1 + λ') (§5.4 of Baharav et al. 2021), for λ' ≥ 0; λ' = ∞ is Fano coding, λ = 2.
+pub fn lambda_from_prime(lambda_prime: f64) -> f64 {
+    if lambda_prime.is_infinite() {
+        2.0
+    } else {
+        2.0 * lambda_prime / (1.0 + lambda_prime)
     }
 }
 

@@ -43,7 +43,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
     pub propensity_b: f64,
     /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
-    /// `deadline_us=N`. Repeatable.
+    /// `deadline_us=N`, and `k=N`, the number of labels the search looks for (default: the
+    /// largest reported cut-off). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -70,9 +71,13 @@ fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses `--set` prediction options.
-pub fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
-    let mut opts = PredictOptions::default();
+/// Parses `--set` prediction options; the search looks for `default_k` labels unless `k=N` says
+/// otherwise.
+pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<PredictOptions> {
+    let mut opts = PredictOptions {
+        k: default_k,
+        ..PredictOptions::default()
+    };
     for s in set {
         let (key, value) = s
             .split_once('=')
@@ -95,13 +100,24 @@ pub fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
                     _ => bail!("`early_stop`: `{value}` is not true/false or on/off"),
                 }
             }
+            "k" => {
+                let k: usize = value
+                    .parse()
+                    .with_context(|| format!("`k`: `{value}` is not a positive integer"))?;
+                if k == 0 {
+                    bail!("`k` must be at least 1");
+                }
+                opts.k = k;
+            }
             "deadline_us" => {
                 opts.deadline_us = Some(value.parse().with_context(|| {
                     format!("`deadline_us`: `{value}` is not a non-negative integer")
                 })?);
             }
             other => {
-                bail!("unknown prediction option `{other}` (known: beam, early_stop, deadline_us)")
+                bail!(
+                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k)"
+                )
             }
         }
     }
@@ -116,7 +132,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let ks = cutoffs(args.k);
     match (&args.model, &args.data, &args.truth, &args.pred) {
         (Some(model), Some(data), None, None) => {
-            let opts = predict_options(&args.set)?;
+            let opts = predict_options(&args.set, ks.iter().copied().max().unwrap_or(5))?;
             let model = Model::open(model, &OpenOptions::default())
                 .with_context(|| format!("opening model {}", model.display()))?;
             let ds = load_data(data, false)?;
