@@ -46,6 +46,7 @@ pub fn evaluate_model(
             Some(QueryStats {
                 nodes_evaluated: out.nodes_evaluated,
                 early_stopped: out.early_stopped,
+                beam_capped: out.beam_capped,
             }),
         );
     }
