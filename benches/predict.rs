@@ -51,35 +51,47 @@ fn main() -> anyhow::Result<()> {
         }
     };
 
-    // 1. End-to-end per-query latency.
-    let opts = PredictOptions::default();
-    let mut scratch = Scratch::default();
-    let mut out = Prediction::default();
-    for i in 0..test.n_points().min(200) {
-        let (idx, val) = test.feature_row(i);
-        model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+    // 1. End-to-end per-query latency, for top-5 and top-1 queries, with the early-stopping
+    // search (the default) and with the level-wise beam search.
+    for (k, early_stop) in [(5, true), (5, false), (1, true), (1, false)] {
+        let opts = PredictOptions {
+            k,
+            early_stop,
+            ..PredictOptions::default()
+        };
+        let mut scratch = Scratch::default();
+        let mut out = Prediction::default();
+        for i in 0..test.n_points().min(200) {
+            let (idx, val) = test.feature_row(i);
+            model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+        }
+        let mut times = Vec::with_capacity(test.n_points());
+        let mut nodes = 0u64;
+        for i in 0..test.n_points() {
+            let (idx, val) = test.feature_row(i);
+            let start = Instant::now();
+            model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+            nodes += u64::from(out.nodes_evaluated);
+        }
+        times.sort_by(f64::total_cmp);
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        println!(
+            "predict_into, k={k}, {}, beam {}: {} queries, mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs, {:.1} nodes/query",
+            if early_stop {
+                "early stop"
+            } else {
+                "level-wise"
+            },
+            model.meta().beam,
+            times.len(),
+            mean,
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times[times.len() - 1],
+            nodes as f64 / times.len() as f64
+        );
     }
-    let mut times = Vec::with_capacity(test.n_points());
-    let mut nodes = 0u64;
-    for i in 0..test.n_points() {
-        let (idx, val) = test.feature_row(i);
-        let start = Instant::now();
-        model.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
-        times.push(start.elapsed().as_secs_f64() * 1e6);
-        nodes += u64::from(out.nodes_evaluated);
-    }
-    times.sort_by(f64::total_cmp);
-    let mean = times.iter().sum::<f64>() / times.len() as f64;
-    println!(
-        "predict_into, k=5, beam {}: {} queries, mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs, {:.1} nodes/query",
-        model.meta().beam,
-        times.len(),
-        mean,
-        percentile(&times, 0.5),
-        percentile(&times, 0.99),
-        times[times.len() - 1],
-        nodes as f64 / times.len() as f64
-    );
 
     // 2. Chunk scoring strategies on the same (query, node) pairs: every query against a fixed
     // pseudo-random sample of nodes (internal nodes and leaves alike).

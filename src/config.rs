@@ -6,6 +6,7 @@
 //! that names the key, so a typo never silently trains a different model.
 
 use crate::linear::{Loss, Method, SolverParams};
+use crate::tree::FreqKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -78,6 +79,16 @@ pub struct TrainConfig {
     pub normalize: bool,
     /// The default beam width stored with the model.
     pub beam: usize,
+    /// λ ∈ [0, 2] of the label-tree split (Baharav et al. 2021): 0 balanced 2-means (Parabel),
+    /// 1 weighted 2-means, 2 Fano coding. The key `lambda_prime` sets it as 2λ'/(1 + λ').
+    #[serde(default)]
+    pub lambda: f32,
+    /// The additive smoothing γ ≥ 0 of the split's frequencies f(λ).
+    #[serde(default = "default_gamma")]
+    pub gamma: f32,
+    /// How the frequencies f̃ of the Fano end (λ > 1) are built.
+    #[serde(default)]
+    pub freq: FreqKind,
     /// The solver's hyper-parameters.
     pub solver: SolverParams,
     /// The random seed.
@@ -96,6 +107,9 @@ impl TrainConfig {
         branching: 2,
         normalize: true,
         beam: 10,
+        lambda: 0.0,
+        gamma: 0.1,
+        freq: FreqKind::Marginal,
         solver: SolverParams::DEFAULT,
         seed: 0,
         threads: 0,
@@ -110,6 +124,10 @@ impl TrainConfig {
         "branching",
         "normalize",
         "beam",
+        "lambda",
+        "lambda_prime",
+        "gamma",
+        "freq",
         "seed",
         "threads",
         "solver.l1",
@@ -182,6 +200,27 @@ impl TrainConfig {
             "branching" => self.branching = as_usize(key, value)?,
             "normalize" => self.normalize = as_bool(key, value)?,
             "beam" => self.beam = as_usize(key, value)?,
+            "lambda" => self.lambda = as_f32(key, value)?,
+            "lambda_prime" => {
+                let lp = f64::from(as_f32(key, value)?);
+                if lp.is_nan() || lp < 0.0 {
+                    return Err(bad(
+                        key,
+                        format!("must be a number >= 0 (or inf), got {lp}"),
+                    ));
+                }
+                self.lambda = lambda_from_prime(lp) as f32;
+            }
+            "gamma" => self.gamma = as_f32(key, value)?,
+            "freq" => {
+                self.freq = match as_str(key, value)? {
+                    "marginal" => FreqKind::Marginal,
+                    "greedy" => FreqKind::Greedy,
+                    other => {
+                        return Err(bad(key, format!("`{other}` is not `marginal` or `greedy`")));
+                    }
+                }
+            }
             "seed" => self.seed = as_usize(key, value)? as u64,
             "threads" => self.threads = as_usize(key, value)?,
             "solver.l1" => s.l1 = as_f32(key, value)?,
@@ -260,8 +299,28 @@ impl TrainConfig {
         finite_nonneg("solver.c", self.solver.c, true)?;
         finite_nonneg("solver.prune", self.solver.prune, false)?;
         finite_nonneg("solver.tol", self.solver.tol, true)?;
+        finite_nonneg("gamma", self.gamma, false)?;
+        if !(0.0..=2.0).contains(&self.lambda) {
+            return Err(bad(
+                "lambda",
+                format!("must be in [0, 2], got {}", self.lambda),
+            ));
+        }
         Ok(())
     }
+}
+
+/// λ = 2λ'/(1 + λ') (§5.4 of Baharav et al. 2021), for λ' ≥ 0; λ' = ∞ is Fano coding, λ = 2.
+pub fn lambda_from_prime(lambda_prime: f64) -> f64 {
+    if lambda_prime.is_infinite() {
+        2.0
+    } else {
+        2.0 * lambda_prime / (1.0 + lambda_prime)
+    }
+}
+
+fn default_gamma() -> f32 {
+    TrainConfig::DEFAULT.gamma
 }
 
 fn bad(key: &str, message: String) -> ConfigError {
@@ -346,6 +405,27 @@ mod tests {
         assert!(err.to_string().contains("`solver.c`"), "{err}");
         let err = TrainConfig::load(None, &["trees".into()]).unwrap_err();
         assert!(matches!(err, ConfigError::BadOverride(_)));
+    }
+
+    #[test]
+    fn lambda_keys_are_checked_and_named() {
+        let cfg = TrainConfig::load(None, &["lambda_prime=1".into()]).unwrap();
+        assert_eq!(cfg.lambda, 1.0);
+        let cfg = TrainConfig::load(None, &["lambda_prime=inf".into()]).unwrap();
+        assert_eq!(cfg.lambda, 2.0);
+        let cfg = TrainConfig::load(None, &["lambda=0.5".into(), "freq=greedy".into()]).unwrap();
+        assert_eq!((cfg.lambda, cfg.freq), (0.5, FreqKind::Greedy));
+        for (set, key) in [
+            ("lambda=2.5", "`lambda`"),
+            ("lambda=-0.1", "`lambda`"),
+            ("lambda=nan", "`lambda`"),
+            ("gamma=-1", "`gamma`"),
+            ("lambda_prime=-1", "`lambda_prime`"),
+            ("freq=huffman", "`freq`"),
+        ] {
+            let err = TrainConfig::load(None, &[set.into()]).unwrap_err();
+            assert!(err.to_string().contains(key), "{set}: {err}");
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
 //! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
 //!   It is the only module allowed `unsafe`.
+//! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
+//!   latency side by side (`xmc sweep`).
 //!
 //! The binary `xmc` (in `main.rs` and [`cli`]) parses arguments and calls into these modules.
 
@@ -23,5 +25,6 @@ pub mod eval;
 pub mod linear;
 pub mod model;
 pub mod serve;
+pub mod sweep;
 pub mod train;
 pub mod tree;

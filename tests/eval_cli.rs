@@ -82,3 +82,58 @@ fn a_line_count_mismatch_and_a_bad_token_are_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn model_eval_takes_the_search_options() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = root.join("models/default.xmcb");
+    let data = root.join("tests/data/Bibtex/test.txt.gz");
+    let run = |sets: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--json",
+        ];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        xmc(&args)
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let on = json(&run(&["beam=1000"]));
+    let off = json(&run(&["early_stop=false", "beam=1000"]));
+    // With a beam that never binds both searches are exact, so they agree.
+    assert_eq!(on["p@1"], off["p@1"]);
+    assert_eq!(on["p@5"], off["p@5"]);
+    assert_eq!(off["early_stopped_frac"], 0.0);
+    assert!(on["early_stopped_frac"].as_f64().unwrap() > 0.0, "{on}");
+    assert!(
+        on["nodes_evaluated_mean"].as_f64().unwrap()
+            <= off["nodes_evaluated_mean"].as_f64().unwrap()
+    );
+    for key in ["expected_depth@1", "expected_depth@5", "latency_us_mean"] {
+        assert!(on.get(key).is_some(), "no {key} in {on}");
+    }
+    for (sets, needle) in [
+        (&["early_stop=maybe"][..], "early_stop"),
+        (&["early_stop=false", "deadline_us=10"][..], "deadline_us"),
+        (&["rerank=true"][..], "rerank"),
+    ] {
+        let out = run(sets);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{sets:?}: {err}"
+        );
+    }
+}

@@ -55,7 +55,14 @@ fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
 
     let q = test.feature_row(0);
     let p = model
-        .predict(q.0, q.1, &PredictOptions { k: 5, beam: None })
+        .predict(
+            q.0,
+            q.1,
+            &PredictOptions {
+                k: 5,
+                ..PredictOptions::default()
+            },
+        )
         .unwrap();
     assert_eq!(p.labels.len(), 5);
     assert!(p.scores.windows(2).all(|w| w[0] >= w[1]), "{:?}", p.scores);

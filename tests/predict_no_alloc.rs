@@ -60,24 +60,34 @@ fn warm_predictions_do_not_allocate() {
         let trained = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
         let model =
             Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
-        let opts = PredictOptions { k: 5, beam: None };
-        let mut scratch = Scratch::default();
-        let mut out = Prediction::default();
-        // Warm up on every query once, so every buffer reaches its largest size.
-        for i in 0..test.n_points() {
-            let (idx, val) = test.feature_row(i);
-            model
-                .predict_into(idx, val, &opts, &mut scratch, &mut out)
-                .unwrap();
+        for early_stop in [true, false] {
+            let opts = PredictOptions {
+                k: 5,
+                early_stop,
+                ..PredictOptions::default()
+            };
+            let mut scratch = Scratch::default();
+            let mut out = Prediction::default();
+            // Warm up on every query once, so every buffer reaches its largest size.
+            for i in 0..test.n_points() {
+                let (idx, val) = test.feature_row(i);
+                model
+                    .predict_into(idx, val, &opts, &mut scratch, &mut out)
+                    .unwrap();
+            }
+            let before = allocs();
+            for i in 0..test.n_points() {
+                let (idx, val) = test.feature_row(i);
+                model
+                    .predict_into(idx, val, &opts, &mut scratch, &mut out)
+                    .unwrap();
+            }
+            assert_eq!(
+                allocs() - before,
+                0,
+                "{trees}, early_stop {early_stop}: allocations in steady state"
+            );
+            assert_eq!(out.labels.len(), 5);
         }
-        let before = allocs();
-        for i in 0..test.n_points() {
-            let (idx, val) = test.feature_row(i);
-            model
-                .predict_into(idx, val, &opts, &mut scratch, &mut out)
-                .unwrap();
-        }
-        assert_eq!(allocs() - before, 0, "{trees}: allocations in steady state");
-        assert_eq!(out.labels.len(), 5);
     }
 }

@@ -104,10 +104,56 @@ async fn predict_returns_k_labels_with_stats_and_version() {
         "nodes_evaluated",
         "block",
         "early_stopped",
+        "beam_capped",
+        "deadline_hit",
         "elapsed_us",
     ] {
         assert!(v["stats"].get(key).is_some(), "{v}");
     }
+    // Early stopping (the default) gives the same labels as the level-wise search when neither
+    // beam binds, and reports what it did.
+    let body = |extra: &str| {
+        Some(format!(
+            r#"{{"features": [[3, 1.0], [17, 0.5]], "k": 3, "beam": 1000{extra}}}"#
+        ))
+    };
+    let (s, on) = call(&state, "POST", "/v1/predict", body("")).await;
+    assert_eq!(s, StatusCode::OK, "{on}");
+    let (s, off) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        body(r#", "early_stop": false"#),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{off}");
+    assert_eq!(on["labels"], off["labels"]);
+    assert_eq!(on["stats"]["beam_capped"], false);
+    assert_eq!(off["stats"]["early_stopped"], false);
+    assert!(
+        on["stats"]["nodes_evaluated"].as_u64() <= off["stats"]["nodes_evaluated"].as_u64(),
+        "{on} {off}"
+    );
+    // A deadline of zero is already past: nothing is searched, and the answer says so.
+    let (s, late) = call(&state, "POST", "/v1/predict", body(r#", "deadline_us": 0"#)).await;
+    assert_eq!(s, StatusCode::OK, "{late}");
+    assert_eq!(late["stats"]["deadline_hit"], true);
+    assert_eq!(late["labels"].as_array().unwrap().len(), 0);
+    // A deadline without early stopping is refused, naming the option.
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        body(r#", "early_stop": false, "deadline_us": 100"#),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deadline_us")
+    );
     // The default k.
     let (s, v) = call(
         &state,

@@ -42,7 +42,9 @@ pub struct EvalArgs {
     /// Propensity parameter B.
     #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
     pub propensity_b: f64,
-    /// Prediction options for `--model` mode: `beam=N`. Repeatable.
+    /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
+    /// `deadline_us=N`, and `k=N`, the number of labels the search looks for (default: the
+    /// largest reported cut-off). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -69,17 +71,21 @@ fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses `--set` prediction options.
-fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
-    let mut opts = PredictOptions::default();
+/// Parses `--set` prediction options; the search looks for `default_k` labels unless `k=N` says
+/// otherwise.
+pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<PredictOptions> {
+    let mut opts = PredictOptions {
+        k: default_k,
+        ..PredictOptions::default()
+    };
     for s in set {
         let (key, value) = s
             .split_once('=')
             .with_context(|| format!("`--set {s}`: expected KEY=VALUE"))?;
+        let value = value.trim();
         match key.trim() {
             "beam" => {
                 let beam: usize = value
-                    .trim()
                     .parse()
                     .with_context(|| format!("`beam`: `{value}` is not a positive integer"))?;
                 if beam == 0 {
@@ -87,8 +93,36 @@ fn predict_options(set: &[String]) -> anyhow::Result<PredictOptions> {
                 }
                 opts.beam = Some(beam);
             }
-            other => bail!("unknown prediction option `{other}` (known: beam)"),
+            "early_stop" => {
+                opts.early_stop = match value {
+                    "true" | "on" => true,
+                    "false" | "off" => false,
+                    _ => bail!("`early_stop`: `{value}` is not true/false or on/off"),
+                }
+            }
+            "k" => {
+                let k: usize = value
+                    .parse()
+                    .with_context(|| format!("`k`: `{value}` is not a positive integer"))?;
+                if k == 0 {
+                    bail!("`k` must be at least 1");
+                }
+                opts.k = k;
+            }
+            "deadline_us" => {
+                opts.deadline_us = Some(value.parse().with_context(|| {
+                    format!("`deadline_us`: `{value}` is not a non-negative integer")
+                })?);
+            }
+            other => {
+                bail!(
+                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k)"
+                )
+            }
         }
+    }
+    if opts.deadline_us.is_some() && !opts.early_stop {
+        bail!("`deadline_us` needs `early_stop=true`: the level-wise beam search has no deadline");
     }
     Ok(opts)
 }
@@ -98,7 +132,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let ks = cutoffs(args.k);
     match (&args.model, &args.data, &args.truth, &args.pred) {
         (Some(model), Some(data), None, None) => {
-            let opts = predict_options(&args.set)?;
+            let opts = predict_options(&args.set, ks.iter().copied().max().unwrap_or(5))?;
             let model = Model::open(model, &OpenOptions::default())
                 .with_context(|| format!("opening model {}", model.display()))?;
             let ds = load_data(data, false)?;

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod predict;
 mod progress;
 pub mod serve;
+pub mod sweep;
 pub mod train;
 
 /// xmc: extreme multi-label classification.
@@ -31,6 +32,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Serves predictions over HTTP, hot-swapping the model when its file changes.
     Serve(serve::ServeArgs),
+    /// Trains one model per λ and writes a table and a plot of precision, depth and latency.
+    Sweep(sweep::SweepArgs),
     /// Data set tools: statistics and the synthetic generator.
     #[command(subcommand)]
     Data(data::DataCommand),
@@ -44,6 +47,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Sweep(args) => sweep::run(args),
         Command::Data(cmd) => data::run(cmd),
     }
 }

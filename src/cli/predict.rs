@@ -24,6 +24,9 @@ pub struct PredictArgs {
     /// Beam width (default: the model's).
     #[arg(long)]
     pub beam: Option<usize>,
+    /// The depth-aware early-stopping search (`false`: the level-wise beam search).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub early_stop: bool,
     /// The prediction file to write: one line per point, `label:score ...`, best first.
     #[arg(long)]
     pub out: PathBuf,
@@ -37,6 +40,8 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let options = PredictOptions {
         k: args.k,
         beam: args.beam,
+        early_stop: args.early_stop,
+        ..PredictOptions::default()
     };
     let preds: Vec<Prediction> = (0..ds.n_points())
         .into_par_iter()

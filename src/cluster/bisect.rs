@@ -11,6 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use super::ClusterParams;
+use super::strategy::weighted_assign;
 use super::subset::Subset;
 use crate::data::SparseMatrix;
 
@@ -45,14 +46,48 @@ pub(crate) fn bisect(
     (first, second)
 }
 
-/// Runs the alternating optimisation on a subset of at least two rows and returns, per row,
-/// whether it lands on the first side.
-fn assign_by_2means(
-    sub: &Subset<'_>,
-    left_len: usize,
+/// The first side of a λ-weighted bisection: its share of the mass and its size limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MassTarget {
+    /// λ.
+    pub lambda: f32,
+    /// The share of the weights the first side should hold.
+    pub share: f64,
+    /// The fewest rows the first side may take.
+    pub min_left: usize,
+    /// The most rows the first side may take.
+    pub max_left: usize,
+}
+
+/// Cuts `rows` into two sides by the λ-weighted split, `weights[k]` being f_ℓ(λ) of `rows[k]`
+/// (summing to 1 over `rows`). Both sides keep the order of `rows`.
+pub(crate) fn bisect_weighted(
+    vectors: &SparseMatrix,
+    rows: &[u32],
+    weights: &[f32],
+    target: MassTarget,
     params: &ClusterParams,
     seed: u64,
-) -> Vec<bool> {
+) -> (Vec<u32>, Vec<u32>) {
+    let left = if rows.len() < 2 {
+        (0..rows.len()).map(|k| k < target.min_left).collect()
+    } else {
+        assign_by_weighted_2means(&Subset::new(vectors, rows), weights, target, params, seed)
+    };
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    for (&row, &is_left) in rows.iter().zip(&left) {
+        if is_left {
+            first.push(row);
+        } else {
+            second.push(row);
+        }
+    }
+    (first, second)
+}
+
+/// Two distinct random rows of the subset, normalized, as the initial centroids.
+fn seed_centroids(sub: &Subset<'_>, seed: u64) -> Vec<[f32; 2]> {
     let n = sub.len();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let first = rng.random_range(0..n);
@@ -68,7 +103,78 @@ fn assign_by_2means(
         }
     }
     normalize_pair(&mut centroids);
+    centroids
+}
 
+/// The alternating maximisation of eq. (4) on a subset of at least two rows: μ± are the weighted
+/// centroids of their sides, α the rounded sort-and-fill of Lemma 1; it stops once the objective
+/// improves by less than `tol`. Returns, per row, whether it lands on the first side.
+fn assign_by_weighted_2means(
+    sub: &Subset<'_>,
+    weights: &[f32],
+    target: MassTarget,
+    params: &ClusterParams,
+    seed: u64,
+) -> Vec<bool> {
+    let n = sub.len();
+    let lambda = target.lambda;
+    let sim_coef = (2.0 - lambda) / 2.0;
+    let fano_coef = (lambda - 1.0).max(0.0);
+    let mut centroids = seed_centroids(sub, seed);
+    let mut left = Vec::new();
+    let mut previous = f64::NEG_INFINITY;
+    for iter in 0..params.max_iter {
+        let sims: Vec<[f32; 2]> = (0..n)
+            .into_par_iter()
+            .with_min_len(SIMILARITY_CHUNK)
+            .map(|k| similarities(sub.row(k), &centroids))
+            .collect();
+        // β_ℓ / f_ℓ(λ): the sort key of Lemma 1, written without the division.
+        let keys: Vec<f32> = sims
+            .iter()
+            .zip(weights)
+            .map(|(s, &w)| sim_coef * (s[0] - s[1]) + fano_coef * w)
+            .collect();
+        left = weighted_assign(
+            &keys,
+            weights,
+            target.share,
+            target.min_left,
+            target.max_left,
+        );
+        if sim_coef == 0.0 {
+            // Pure Fano coding: the assignment does not depend on the centroids.
+            break;
+        }
+        let objective: f64 = sims
+            .iter()
+            .zip(weights)
+            .zip(&left)
+            .map(|((s, &w), &l)| {
+                let (w, sim) = (f64::from(w), f64::from(if l { s[0] } else { s[1] }));
+                let alpha = if l { 1.0 } else { -1.0 };
+                w * f64::from(2.0 - lambda) * sim + alpha * f64::from(fano_coef) * w * w
+            })
+            .sum();
+        if objective - previous < f64::from(params.tol) || iter + 1 == params.max_iter {
+            break;
+        }
+        previous = objective;
+        refit(sub, &left, Some(weights), &mut centroids);
+    }
+    left
+}
+
+/// Runs the alternating optimisation on a subset of at least two rows and returns, per row,
+/// whether it lands on the first side.
+fn assign_by_2means(
+    sub: &Subset<'_>,
+    left_len: usize,
+    params: &ClusterParams,
+    seed: u64,
+) -> Vec<bool> {
+    let n = sub.len();
+    let mut centroids = seed_centroids(sub, seed);
     let mut left = Vec::new();
     let mut previous = f64::NEG_INFINITY;
     for iter in 0..params.max_iter {
@@ -89,7 +195,7 @@ fn assign_by_2means(
             break;
         }
         previous = objective;
-        refit(sub, &left, &mut centroids);
+        refit(sub, &left, None, &mut centroids);
     }
     left
 }
@@ -105,12 +211,13 @@ fn similarities((cols, vals): (&[u32], &[f32]), centroids: &[[f32; 2]]) -> [f32;
     s
 }
 
-/// Sets each centroid to the normalized sum of the rows assigned to it, summing in row order.
-/// The two sides are summed in parallel; each sum is sequential, so the result is deterministic.
-fn refit(sub: &Subset<'_>, left: &[bool], centroids: &mut [[f32; 2]]) {
+/// Sets each centroid to the normalized sum of the rows assigned to it (each row scaled by its
+/// weight, when given), summing in row order. The two sides are summed in parallel; each sum is
+/// sequential, so the result is deterministic.
+fn refit(sub: &Subset<'_>, left: &[bool], weights: Option<&[f32]>, centroids: &mut [[f32; 2]]) {
     let (first, second) = rayon::join(
-        || side_sum(sub, left, true, centroids.len()),
-        || side_sum(sub, left, false, centroids.len()),
+        || side_sum(sub, left, weights, true, centroids.len()),
+        || side_sum(sub, left, weights, false, centroids.len()),
     );
     for ((pair, a), b) in centroids.iter_mut().zip(first).zip(second) {
         *pair = [a, b];
@@ -118,13 +225,30 @@ fn refit(sub: &Subset<'_>, left: &[bool], centroids: &mut [[f32; 2]]) {
     normalize_pair(centroids);
 }
 
-/// The dense sum, in row order, of the rows whose `left` flag equals `side`.
-fn side_sum(sub: &Subset<'_>, left: &[bool], side: bool, dim: usize) -> Vec<f32> {
+/// The dense sum, in row order, of the rows whose `left` flag equals `side`, each scaled by its
+/// weight when `weights` is given.
+fn side_sum(
+    sub: &Subset<'_>,
+    left: &[bool],
+    weights: Option<&[f32]>,
+    side: bool,
+    dim: usize,
+) -> Vec<f32> {
     let mut sum = vec![0.0f32; dim];
     for (k, _) in left.iter().enumerate().filter(|&(_, &l)| l == side) {
         let (cols, vals) = sub.row(k);
-        for (&c, &v) in cols.iter().zip(vals) {
-            sum[c as usize] += v;
+        match weights {
+            None => {
+                for (&c, &v) in cols.iter().zip(vals) {
+                    sum[c as usize] += v;
+                }
+            }
+            Some(w) => {
+                let w = w[k];
+                for (&c, &v) in cols.iter().zip(vals) {
+                    sum[c as usize] += w * v;
+                }
+            }
         }
     }
     sum

@@ -15,6 +15,11 @@
 //! in proportion to how many parts each side must still yield, so all parts end up with sizes that
 //! differ by at most one. How a ranking becomes an assignment is the pluggable [`SplitStrategy`].
 //!
+//! [`partition_weighted`] is the λ-interpolated split of Baharav et al. (2021): each row also has a
+//! frequency, every split turns the frequencies of its rows into weights f_ℓ(λ) (eq. 4), and parts
+//! then share the *mass* of the weights rather than the count of rows, so frequent rows end up in
+//! small parts and, in a tree, at shallow depth.
+//!
 //! Everything is seeded and deterministic: the only parallel step computes per-row similarities into
 //! an ordered vector, and every sum runs in a fixed order, so the result does not depend on the
 //! number of threads.
@@ -95,6 +100,20 @@ impl ClusterParams {
                 reason: format!("must be finite and non-negative, got {}", self.tol),
             });
         }
+        if let SplitStrategy::Weighted { lambda, gamma } = self.strategy {
+            if !(0.0..=2.0).contains(&lambda) {
+                return Err(ClusterError::InvalidParam {
+                    name: "lambda",
+                    reason: format!("must be in [0, 2], got {lambda}"),
+                });
+            }
+            if !gamma.is_finite() || gamma < 0.0 {
+                return Err(ClusterError::InvalidParam {
+                    name: "gamma",
+                    reason: format!("must be finite and non-negative, got {gamma}"),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -102,6 +121,54 @@ impl ClusterParams {
 impl Default for ClusterParams {
     fn default() -> Self {
         Self::DEFAULT
+    }
+}
+
+/// Per-row frequencies for the λ-weighted split, indexed by row id of the clustered matrix.
+#[derive(Debug, Clone, Copy)]
+pub struct RowFrequencies<'a> {
+    /// The marginal frequency f (e.g. a label's training count); any non-negative scale.
+    pub f: &'a [f32],
+    /// The frequency f̃ used by the Fano end (λ > 1); any non-negative scale.
+    pub f_tilde: &'a [f32],
+}
+
+/// The weights f_ℓ(λ) of eq. (4) for `rows`, summing to 1: with f and f̃ normalized over `rows`,
+/// f_ℓ(λ) ∝ (2 − λ)·f_ℓ^min(λ,1) + (λ − 1)₊·f̃_ℓ + γ/|rows|. With λ = 0 they are uniform
+/// (0⁰ = 1); an all-zero result (γ = 0 and no frequency) falls back to uniform too.
+pub fn split_weights(
+    freqs: &RowFrequencies<'_>,
+    rows: &[u32],
+    lambda: f32,
+    gamma: f32,
+) -> Vec<f32> {
+    let (lambda, gamma) = (f64::from(lambda), f64::from(gamma));
+    let total = |v: &[f32]| -> f64 { rows.iter().map(|&r| f64::from(v[r as usize])).sum() };
+    let (f_sum, t_sum) = (total(freqs.f), total(freqs.f_tilde));
+    let n = rows.len().max(1) as f64;
+    let exponent = lambda.min(1.0);
+    let fano = (lambda - 1.0).max(0.0);
+    let num: Vec<f64> = rows
+        .iter()
+        .map(|&r| {
+            let f = if f_sum > 0.0 {
+                f64::from(freqs.f[r as usize]) / f_sum
+            } else {
+                0.0
+            };
+            let t = if t_sum > 0.0 {
+                f64::from(freqs.f_tilde[r as usize]) / t_sum
+            } else {
+                0.0
+            };
+            (2.0 - lambda) * f.powf(exponent) + fano * t + gamma / n
+        })
+        .collect();
+    let sum: f64 = num.iter().sum();
+    if sum > 0.0 && sum.is_finite() {
+        num.iter().map(|&x| (x / sum) as f32).collect()
+    } else {
+        vec![(1.0 / n) as f32; rows.len()]
     }
 }
 
@@ -118,6 +185,67 @@ pub fn partition(
     params: &ClusterParams,
     seed: u64,
 ) -> Result<Vec<Vec<u32>>, ClusterError> {
+    check_rows(vectors, rows, n_parts, params)?;
+    let mut parts = Vec::with_capacity(n_parts);
+    split_recursive(
+        vectors,
+        rows.to_vec(),
+        n_parts,
+        params,
+        None,
+        seed,
+        &mut parts,
+    );
+    Ok(parts)
+}
+
+/// Cuts `rows` into `n_parts` non-empty parts with `params.strategy`; with
+/// [`SplitStrategy::Weighted`] the parts share the mass of the weights f(λ) built from `freqs`
+/// (recomputed over each split's rows), so their sizes may differ widely. With
+/// [`SplitStrategy::Balanced`] `freqs` is ignored and this is [`partition`].
+pub fn partition_weighted(
+    vectors: &SparseMatrix,
+    rows: &[u32],
+    n_parts: usize,
+    params: &ClusterParams,
+    freqs: &RowFrequencies<'_>,
+    seed: u64,
+) -> Result<Vec<Vec<u32>>, ClusterError> {
+    check_rows(vectors, rows, n_parts, params)?;
+    for (name, v) in [("f", freqs.f), ("f_tilde", freqs.f_tilde)] {
+        if v.len() != vectors.rows() {
+            return Err(ClusterError::InvalidParam {
+                name,
+                reason: format!("{} frequencies for {} rows", v.len(), vectors.rows()),
+            });
+        }
+        if v.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(ClusterError::InvalidParam {
+                name,
+                reason: "frequencies must be finite and non-negative".into(),
+            });
+        }
+    }
+    let mut parts = Vec::with_capacity(n_parts);
+    split_recursive(
+        vectors,
+        rows.to_vec(),
+        n_parts,
+        params,
+        Some(freqs),
+        seed,
+        &mut parts,
+    );
+    Ok(parts)
+}
+
+/// The checks shared by both entry points.
+fn check_rows(
+    vectors: &SparseMatrix,
+    rows: &[u32],
+    n_parts: usize,
+    params: &ClusterParams,
+) -> Result<(), ClusterError> {
     params.validate()?;
     if n_parts == 0 {
         return Err(ClusterError::NoParts { n_parts });
@@ -134,18 +262,18 @@ pub fn partition(
             n_rows: vectors.rows(),
         });
     }
-    let mut parts = Vec::with_capacity(n_parts);
-    split_recursive(vectors, rows.to_vec(), n_parts, params, seed, &mut parts);
-    Ok(parts)
+    Ok(())
 }
 
-/// Appends to `out` the `n_parts` parts of `rows`, by balanced bisection in proportion to the
-/// number of parts each side must yield. Callers guarantee `rows.len() >= n_parts >= 1`.
+/// Appends to `out` the `n_parts` parts of `rows`, by bisection in proportion to the number of
+/// parts each side must yield (of the count, or with the weighted strategy, of the mass).
+/// Callers guarantee `rows.len() >= n_parts >= 1`.
 fn split_recursive(
     vectors: &SparseMatrix,
     rows: Vec<u32>,
     n_parts: usize,
     params: &ClusterParams,
+    freqs: Option<&RowFrequencies<'_>>,
     seed: u64,
     out: &mut Vec<Vec<u32>>,
 ) {
@@ -154,15 +282,39 @@ fn split_recursive(
         return;
     }
     let left_parts = n_parts - n_parts / 2;
-    let (q, r) = (rows.len() / n_parts, rows.len() % n_parts);
-    let left_len = left_parts * q + r.min(left_parts);
-    let (left, right) = bisect::bisect(vectors, &rows, left_len, params, seed);
-    split_recursive(vectors, left, left_parts, params, derive_seed(seed, 0), out);
+    let right_parts = n_parts - left_parts;
+    let (left, right) = match (params.strategy, freqs) {
+        (SplitStrategy::Weighted { lambda, gamma }, Some(freqs)) => {
+            let weights = split_weights(freqs, &rows, lambda, gamma);
+            let target = bisect::MassTarget {
+                lambda,
+                share: left_parts as f64 / n_parts as f64,
+                min_left: left_parts,
+                max_left: rows.len() - right_parts,
+            };
+            bisect::bisect_weighted(vectors, &rows, &weights, target, params, seed)
+        }
+        _ => {
+            let (q, r) = (rows.len() / n_parts, rows.len() % n_parts);
+            let left_len = left_parts * q + r.min(left_parts);
+            bisect::bisect(vectors, &rows, left_len, params, seed)
+        }
+    };
+    split_recursive(
+        vectors,
+        left,
+        left_parts,
+        params,
+        freqs,
+        derive_seed(seed, 0),
+        out,
+    );
     split_recursive(
         vectors,
         right,
-        n_parts - left_parts,
+        right_parts,
         params,
+        freqs,
         derive_seed(seed, 1),
         out,
     );

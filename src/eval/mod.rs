@@ -65,8 +65,10 @@ pub fn label_counts(labels: &crate::data::SparseMatrix) -> Vec<u32> {
 pub struct QueryStats {
     /// Node classifiers evaluated.
     pub nodes_evaluated: u32,
-    /// Whether the search stopped before exhausting its beam.
+    /// Whether the early-stopping bound cut the search short.
     pub early_stopped: bool,
+    /// Whether the beam cap dropped a node (the answer may differ from exhaustive search).
+    pub beam_capped: bool,
 }
 
 /// Accumulates metrics one query at a time.
@@ -89,6 +91,7 @@ pub struct Evaluator {
     depth_n: usize,
     nodes: f64,
     early: usize,
+    capped: usize,
     stats_n: usize,
     scratch: Vec<f64>,
 }
@@ -123,6 +126,7 @@ impl Evaluator {
             depth_n: 0,
             nodes: 0.0,
             early: 0,
+            capped: 0,
             stats_n: 0,
             scratch: Vec::new(),
         }
@@ -218,6 +222,7 @@ impl Evaluator {
             self.stats_n += 1;
             self.nodes += f64::from(s.nodes_evaluated);
             self.early += usize::from(s.early_stopped);
+            self.capped += usize::from(s.beam_capped);
         }
     }
 
@@ -292,6 +297,7 @@ impl Evaluator {
             let s = self.stats_n as f64;
             metrics.insert("nodes_evaluated_mean".into(), (self.nodes / s).into());
             metrics.insert("early_stopped_frac".into(), (self.early as f64 / s).into());
+            metrics.insert("beam_capped_frac".into(), (self.capped as f64 / s).into());
         }
         metrics.insert("n".into(), self.n.into());
         metrics.insert("n_without_labels".into(), self.no_labels.into());
@@ -403,6 +409,7 @@ mod tests {
             Some(QueryStats {
                 nodes_evaluated: 10,
                 early_stopped: true,
+                beam_capped: true,
             }),
         );
         e.add(
@@ -412,6 +419,7 @@ mod tests {
             Some(QueryStats {
                 nodes_evaluated: 20,
                 early_stopped: false,
+                beam_capped: false,
             }),
         );
         let r = e.finish();
@@ -420,6 +428,7 @@ mod tests {
         assert!(close(r.get("expected_depth@2").unwrap(), 3.5));
         assert!(close(r.get("nodes_evaluated_mean").unwrap(), 15.0));
         assert!(close(r.get("early_stopped_frac").unwrap(), 0.5));
+        assert!(close(r.get("beam_capped_frac").unwrap(), 0.5));
     }
 
     #[test]

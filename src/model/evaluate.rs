@@ -8,6 +8,10 @@ use std::time::Instant;
 /// Predicts every point of `ds` one at a time on the calling thread, feeds the metrics
 /// (propensities from the model's training label counts), and adds the per-query latency
 /// (`latency_us_mean`, `latency_us_p50`, `latency_us_p99`) to the report.
+///
+/// The search asks for `options.k` labels. A cut-off in `ks` above it scores the shorter list
+/// (P@5 of a top-1 search counts its one label out of five), so callers that want every cut-off
+/// fully scored pass `options.k >= max(ks)`.
 pub fn evaluate_model(
     model: &Model,
     ds: &Dataset,
@@ -20,8 +24,8 @@ pub fn evaluate_model(
         PropensityParams::DEFAULT,
     );
     let mut evaluator = Evaluator::new(ks, &props);
-    let k = ks.iter().copied().max().unwrap_or(5).max(options.k);
-    let opts = PredictOptions { k, ..*options };
+    let opts = *options;
+    let k = opts.k;
     let mut scratch = Scratch::default();
     let mut out = Prediction::default();
     let mut labels = Vec::with_capacity(k);
@@ -41,7 +45,8 @@ pub fn evaluate_model(
             Some(&out.depths),
             Some(QueryStats {
                 nodes_evaluated: out.nodes_evaluated,
-                early_stopped: false,
+                early_stopped: out.early_stopped,
+                beam_capped: out.beam_capped,
             }),
         );
     }

@@ -16,8 +16,9 @@ use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::linear::Loss;
 use crate::tree::chunk::Chunks;
-use crate::tree::view::{SearchScratch, TreeArrays, TreeViewError};
+use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// A tree whose arrays are memory-mapped bundle sections.
@@ -47,13 +48,25 @@ pub enum ModelError {
 pub struct PredictOptions {
     /// How many labels to return.
     pub k: usize,
-    /// The beam width of the search (`None`: the model's default).
+    /// The beam width of the search (`None`: the model's default). With early stopping it caps
+    /// the nodes expanded per depth; without, it is the level-wise beam.
     pub beam: Option<usize>,
+    /// The depth-aware early-stopping search (the default); `false` runs the level-wise beam
+    /// search.
+    pub early_stop: bool,
+    /// With early stopping: return the best labels found once this many microseconds have
+    /// passed since the prediction started, and flag it.
+    pub deadline_us: Option<u64>,
 }
 
 impl Default for PredictOptions {
     fn default() -> Self {
-        PredictOptions { k: 5, beam: None }
+        PredictOptions {
+            k: 5,
+            beam: None,
+            early_stop: true,
+            deadline_us: None,
+        }
     }
 }
 
@@ -72,6 +85,13 @@ pub struct Prediction {
     pub depth: u32,
     /// Node classifiers evaluated, over all trees.
     pub nodes_evaluated: u32,
+    /// Whether the early-stopping bound cut the search short in every tree.
+    pub early_stopped: bool,
+    /// Whether the beam cap dropped a node in some tree (the result may then differ from
+    /// exhaustive search).
+    pub beam_capped: bool,
+    /// Whether the deadline passed; the labels are then the best found by that time.
+    pub deadline_hit: bool,
 }
 
 /// Reusable per-thread buffers for [`Model::predict_into`].
@@ -197,6 +217,12 @@ impl Model {
     /// Predicts the top labels for one query given as feature ids and values (any order;
     /// duplicates are summed). Fails, without panicking, on an out-of-range id or a non-finite
     /// value.
+    ///
+    /// With early stopping, each tree returns its own exact top k (within the beam cap and the
+    /// deadline), and an ensemble averages probabilities over the union of those sets, a label
+    /// missing from a tree's top k counting 0 there, as labels the level-wise beam never reaches
+    /// do. For one tree the result is exactly exhaustive search's; for T > 1 it is the average of
+    /// T exact per-tree top-k lists, not the exact top k of the averaged scores.
     pub fn predict_into(
         &self,
         idx: &[u32],
@@ -205,6 +231,9 @@ impl Model {
         scratch: &mut Scratch,
         out: &mut Prediction,
     ) -> Result<(), QueryError> {
+        let deadline = options
+            .deadline_us
+            .map(|us| Instant::now() + Duration::from_micros(us));
         query::prepare(
             idx,
             val,
@@ -221,18 +250,39 @@ impl Model {
         }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
+        let limits = SearchLimits {
+            k: options.k,
+            beam,
+            deadline,
+        };
         let mut nodes = 0;
+        let (mut early, mut capped, mut late) = (true, false, false);
         scratch.merged.clear();
         for tree in &self.trees {
-            let stats = tree.borrowed().beam_search(
-                &scratch.q_idx,
-                &scratch.q_val,
-                &scratch.dense,
-                loss,
-                beam,
-                &mut scratch.search,
-            );
+            let tree = tree.borrowed();
+            let stats = if options.early_stop {
+                tree.early_stop_search(
+                    &scratch.q_idx,
+                    &scratch.q_val,
+                    &scratch.dense,
+                    loss,
+                    &limits,
+                    &mut scratch.search,
+                )
+            } else {
+                tree.beam_search(
+                    &scratch.q_idx,
+                    &scratch.q_val,
+                    &scratch.dense,
+                    loss,
+                    beam,
+                    &mut scratch.search,
+                )
+            };
             nodes += stats.nodes_evaluated;
+            early &= stats.early_stopped;
+            capped |= stats.beam_capped;
+            late |= stats.deadline_hit;
             scratch.merged.extend(
                 scratch
                     .search
@@ -247,6 +297,9 @@ impl Model {
         average_over_trees(&mut scratch.merged, self.trees.len());
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
+        out.early_stopped = early;
+        out.beam_capped = capped;
+        out.deadline_hit = late;
         Ok(())
     }
 

@@ -29,8 +29,10 @@ pub struct PredictRequest {
     k: Option<usize>,
     /// Beam width (default: the server's, else the model's).
     beam: Option<usize>,
-    /// Depth-aware early stopping; this model version only runs the full beam search.
+    /// Depth-aware early stopping (default on); `false` runs the level-wise beam search.
     early_stop: Option<bool>,
+    /// With early stopping: answer with the best labels found after this many microseconds.
+    deadline_us: Option<u64>,
     /// REFRAG reranking; not in this model version.
     rerank: Option<bool>,
     /// FIAT imputation; not in this model version.
@@ -83,8 +85,13 @@ fn prepare(
     if beam == Some(0) {
         return Err(ApiError::Invalid("beam must be at least 1".into()));
     }
+    let early_stop = req.early_stop.unwrap_or(true);
+    if req.deadline_us.is_some() && !early_stop {
+        return Err(ApiError::Invalid(
+            "`deadline_us` needs `early_stop`: the level-wise beam search has no deadline".into(),
+        ));
+    }
     let unsupported = [
-        ("early_stop", req.early_stop == Some(true)),
         ("rerank", req.rerank == Some(true)),
         ("impute", req.impute == Some(true)),
         ("block_candidates", req.block_candidates.is_some()),
@@ -106,7 +113,16 @@ fn prepare(
         idx.push(i);
         val.push(v32);
     }
-    Ok((idx, val, PredictOptions { k, beam }))
+    Ok((
+        idx,
+        val,
+        PredictOptions {
+            k,
+            beam,
+            early_stop,
+            deadline_us: req.deadline_us,
+        },
+    ))
 }
 
 thread_local! {
@@ -137,7 +153,9 @@ fn predict_one(
                 "depth": out.depth,
                 "nodes_evaluated": out.nodes_evaluated,
                 "block": Value::Null,
-                "early_stopped": false,
+                "early_stopped": out.early_stopped,
+                "beam_capped": out.beam_capped,
+                "deadline_hit": out.deadline_hit,
                 "elapsed_us": start.elapsed().as_secs_f64() * 1e6,
             },
         });

@@ -1,15 +1,17 @@
 //! The trainer: composes the stage trainers and writes one bundle.
 //!
-//! For each tree of the ensemble: PIFA label embeddings, the balanced label partition, then the
-//! node classifiers ([`crate::tree::train`]). A flat model is a single-leaf tree. The arrays go into
+//! For each tree of the ensemble: PIFA label embeddings, the label partition (balanced, or
+//! λ-weighted by the label frequencies when `lambda > 0`), then the node classifiers ([`crate::tree::train`]). A flat model is a single-leaf tree. The arrays go into
 //! one bundle with a JSON `meta` section, written atomically.
 
 use crate::bundle::{BundleWriter, FormatError};
+use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, LabelId};
 use crate::model::{Created, MODEL_FORMAT, ModelMeta, tree_section};
 use crate::tree::TreeError;
-use crate::tree::build::{TreeParams, build_tree, pifa_embeddings};
+use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
+use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
 use crate::tree::view::TreeArrays;
@@ -149,6 +151,10 @@ pub fn train(
         }
     }
     let mut seconds = serde_json::Map::new();
+    // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
+    // exactly what they were before the λ split existed.
+    let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
+    let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
     for t in 0..cfg.trees {
@@ -162,13 +168,22 @@ pub fn train(
             ModelKind::Tree => {
                 progress.phase(&format!("tree {t}: label partition"), 1);
                 let emb = pifa_embeddings(ds);
-                let params = TreeParams {
+                let mut params = TreeParams {
                     branching: cfg.branching,
                     max_leaf: cfg.max_leaf,
                     seed,
                     ..TreeParams::DEFAULT
                 };
-                let layout = build_tree(&emb, &params)?;
+                let layout = match &freqs {
+                    Some(freqs) => {
+                        params.strategy = SplitStrategy::Weighted {
+                            lambda: cfg.lambda,
+                            gamma: cfg.gamma,
+                        };
+                        build_tree_weighted(&emb, &params, freqs)?
+                    }
+                    None => build_tree(&emb, &params)?,
+                };
                 progress.step();
                 layout
             }

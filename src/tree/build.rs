@@ -1,9 +1,12 @@
-//! Building a label tree: PIFA label embeddings, then recursive balanced clustering.
+//! Building a label tree: PIFA label embeddings, then recursive clustering.
 //!
 //! A label's PIFA embedding is the L2-normalized sum of the L2-normalized feature rows of the
 //! training points that carry it; labels that share points end up close. [`build_tree`] cuts the
 //! labels into `branching` balanced parts with [`crate::cluster::partition`] and recurses until a
-//! node holds at most `max_leaf` labels. Sibling subtrees are built in parallel, and each node's
+//! node holds at most `max_leaf` labels. [`build_tree_weighted`] does the same with the
+//! λ-interpolated split ([`crate::cluster::partition_weighted`]) over label frequencies
+//! ([`super::freq`]): frequent labels then land in small subtrees, so leaves sit at different
+//! depths. Sibling subtrees are built in parallel, and each node's
 //! seed is derived from the tree seed and the path of child indices that leads to it, so the tree
 //! is the same whatever the number of threads.
 //!
@@ -14,8 +17,9 @@ use std::collections::VecDeque;
 
 use rayon::prelude::*;
 
+use super::freq::LabelFrequencies;
 use super::{TreeError, TreeLayout};
-use crate::cluster::{self, ClusterParams, SplitStrategy};
+use crate::cluster::{self, ClusterParams, RowFrequencies, SplitStrategy};
 use crate::data::{Dataset, LabelId, SparseMatrix, row_slices};
 
 /// Labels per rayon task when embedding; each task reuses one dense accumulator.
@@ -24,8 +28,8 @@ const PIFA_CHUNK: usize = 256;
 /// The hyper-parameters of tree construction.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TreeParams {
-    /// Children per internal node (at least 2). Values above 2 use recursive balanced bisection
-    /// (see [`crate::cluster`]), so children sizes differ by at most one.
+    /// Children per internal node (at least 2). Values above 2 use recursive bisection (see
+    /// [`crate::cluster`]); with balanced splits children sizes differ by at most one.
     pub branching: usize,
     /// The most labels a leaf may hold (at least 1).
     pub max_leaf: usize,
@@ -207,6 +211,43 @@ fn as_csr(m: &SparseMatrix) -> std::borrow::Cow<'_, SparseMatrix> {
 /// Every label lands in exactly one leaf of at most `max_leaf` labels; each leaf lists its labels in
 /// increasing order. With no labels the tree is a single empty root leaf.
 pub fn build_tree(embeddings: &SparseMatrix, params: &TreeParams) -> Result<TreeLayout, TreeError> {
+    build(embeddings, params, None)
+}
+
+/// Builds the label tree with frequency-weighted splits when `params.strategy` is
+/// [`SplitStrategy::Weighted`] (`freqs` has one entry per row of `embeddings`); with
+/// [`SplitStrategy::Balanced`] the frequencies are ignored and this is [`build_tree`].
+pub fn build_tree_weighted(
+    embeddings: &SparseMatrix,
+    params: &TreeParams,
+    freqs: &LabelFrequencies,
+) -> Result<TreeLayout, TreeError> {
+    let rows = embeddings.rows();
+    if freqs.f.len() != rows || freqs.f_tilde.len() != rows {
+        return Err(TreeError::InvalidParam {
+            name: "freqs",
+            reason: format!(
+                "{} / {} frequencies for {rows} labels",
+                freqs.f.len(),
+                freqs.f_tilde.len()
+            ),
+        });
+    }
+    build(
+        embeddings,
+        params,
+        Some(&RowFrequencies {
+            f: &freqs.f,
+            f_tilde: &freqs.f_tilde,
+        }),
+    )
+}
+
+fn build(
+    embeddings: &SparseMatrix,
+    params: &TreeParams,
+    freqs: Option<&RowFrequencies<'_>>,
+) -> Result<TreeLayout, TreeError> {
     params.validate()?;
     let embeddings = as_csr(embeddings);
     let n_labels = embeddings.rows();
@@ -223,6 +264,7 @@ pub fn build_tree(embeddings: &SparseMatrix, params: &TreeParams) -> Result<Tree
         all,
         params,
         &params.cluster_params(),
+        freqs,
         params.seed,
     )?;
     flatten(root, n_labels)
@@ -240,20 +282,26 @@ fn grow(
     labels: Vec<u32>,
     params: &TreeParams,
     cluster_params: &ClusterParams,
+    freqs: Option<&RowFrequencies<'_>>,
     seed: u64,
 ) -> Result<Subtree, TreeError> {
     if labels.len() <= params.max_leaf {
         return Ok(Subtree::Leaf(labels));
     }
     let n_parts = params.branching.min(labels.len());
-    let parts = cluster::partition(embeddings, &labels, n_parts, cluster_params, seed)?;
+    let parts = match freqs {
+        Some(freqs) => {
+            cluster::partition_weighted(embeddings, &labels, n_parts, cluster_params, freqs, seed)?
+        }
+        None => cluster::partition(embeddings, &labels, n_parts, cluster_params, seed)?,
+    };
     drop(labels);
     let children = parts
         .into_par_iter()
         .enumerate()
         .map(|(i, part)| {
             let child_seed = cluster::derive_seed(seed, i as u64);
-            grow(embeddings, part, params, cluster_params, child_seed)
+            grow(embeddings, part, params, cluster_params, freqs, child_seed)
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Subtree::Internal(children))

@@ -2,18 +2,21 @@
 //!
 //! A Parabel-style tree routes a query from the root towards the leaves; each leaf holds at most
 //! `max_leaf` labels. This module builds the *structure* of that tree: [`build`] embeds labels
-//! (PIFA) and clusters them recursively with the balanced splits of [`crate::cluster`], and
+//! (PIFA) and clusters them recursively with the balanced or λ-weighted splits of
+//! [`crate::cluster`] (weighted by the label frequencies of [`freq`]), and
 //! [`layout`] stores the result as a flat, breadth-first [`TreeLayout`] that the node classifiers,
 //! the bundle and the search index into. [`train`] fits the node classifiers, [`chunk`] stores
 //! their weights feature-major, and [`view`] is the stored tree and its search.
 
 pub mod build;
 pub mod chunk;
+pub mod freq;
 pub mod layout;
 pub mod train;
 pub mod view;
 
-pub use build::{TreeParams, build_tree, pifa_embeddings};
+pub use build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
+pub use freq::{FreqKind, LabelFrequencies, label_frequencies};
 pub use layout::{DepthCount, LeafSizeStats, TreeLayout};
 
 use crate::cluster::ClusterError;

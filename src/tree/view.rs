@@ -13,9 +13,32 @@
 //! plus the node classifiers' [`Chunks`]. Every output of a node is one binary classifier; its
 //! score `s` becomes the log-probability of that branch through the loss's link (`≤ 0`), and a
 //! label's score is the sum of log-probabilities along its path.
+//!
+//! Two searches run over it:
+//!
+//! - [`TreeArrays::beam_search`], Parabel's level-wise beam search: the `beam` best nodes of each
+//!   level, every label of every leaf reached.
+//! - [`TreeArrays::early_stop_search`], the depth-aware early-stopping search: nodes are expanded
+//!   best-first by path log-probability, leaves feed a size-k set of the best labels, and the
+//!   search stops as soon as the k-th best label beats the best unexpanded path.
+//!
+//! **Why early stopping is exact.** Every node log-probability is ≤ 0, so a label's score (its
+//! path's sum) is at most the log-probability of every node on its path. When the k-th best label
+//! found so far scores strictly more than the best unexpanded node, every label not yet scored
+//! lies under an unexpanded node and scores strictly less, so none of them can enter the top k:
+//! the result is the top k of exhaustive search, labels and scores alike (the scores are summed in
+//! the same order as in the level-wise search, so they are bit-identical). The comparison is
+//! strict because ranking ties go to the smaller label id: an unexpanded label that *equals* the
+//! k-th score could still displace it. For the same reason a child whose path log-probability is
+//! below the k-th best score is never queued. The beam, when it binds, caps the nodes expanded
+//! per depth (so the worst case is the level-wise search's) and is reported, and so is a deadline
+//! that cut the search short; either breaks the exactness guarantee for that query.
 
 use super::chunk::{ChunkError, Chunks};
 use crate::linear::{Loss, score_to_log_prob};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::Instant;
 use thiserror::Error;
 
 /// Why stored tree arrays were refused.
@@ -74,8 +97,72 @@ pub struct SearchScratch {
     acc: Vec<f32>,
     level: Vec<(u32, f32)>,
     next: Vec<(u32, f32)>,
+    frontier: BinaryHeap<Frontier>,
+    best: BinaryHeap<Ranked>,
+    per_depth: Vec<u32>,
     /// The labels reached: `(label, log-probability, depth)`.
     pub candidates: Vec<(u32, f32, u32)>,
+}
+
+/// An unexpanded node; the heap pops the largest path log-probability first (ties: smaller id).
+#[derive(Clone, Copy, Debug)]
+struct Frontier {
+    logp: f32,
+    node: u32,
+}
+
+impl PartialEq for Frontier {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Frontier {}
+
+impl PartialOrd for Frontier {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Frontier {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.logp
+            .total_cmp(&other.logp)
+            .then(other.node.cmp(&self.node))
+    }
+}
+
+/// A scored label, ordered so that the heap's top is the *worst* kept label: lower score, or on a
+/// tie the larger label id (the final ranking puts smaller ids first).
+#[derive(Clone, Copy, Debug)]
+struct Ranked {
+    logp: f32,
+    label: u32,
+    depth: u32,
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .logp
+            .total_cmp(&self.logp)
+            .then(self.label.cmp(&other.label))
+    }
 }
 
 /// What one search did, for per-request statistics.
@@ -83,7 +170,29 @@ pub struct SearchScratch {
 pub struct SearchStats {
     /// Nodes whose classifiers were evaluated.
     pub nodes_evaluated: u32,
+    /// The early-stopping bound skipped part of the tree (the search stopped with nodes left, or
+    /// left children unqueued).
+    pub early_stopped: bool,
+    /// The beam cap dropped a node the search would otherwise have expanded.
+    pub beam_capped: bool,
+    /// The deadline passed and the search returned what it had.
+    pub deadline_hit: bool,
 }
+
+/// The limits of one early-stopping search.
+#[derive(Clone, Copy, Debug)]
+pub struct SearchLimits {
+    /// How many labels to find (at least 1).
+    pub k: usize,
+    /// The most nodes expanded per depth (`usize::MAX`: unbounded).
+    pub beam: usize,
+    /// Return what was found once this instant has passed.
+    pub deadline: Option<Instant>,
+}
+
+/// Node expansions between two looks at the clock (one look costs about 20 ns; an expansion
+/// costs far more).
+const DEADLINE_CHECK_EVERY: u32 = 8;
 
 impl<U, F> TreeArrays<U, F>
 where
@@ -223,6 +332,90 @@ where
         self.chunks.score(i, q_idx, q_val, dense, acc);
     }
 
+    /// The depth-aware early-stopping search (see the module docs for why it is exact): fills
+    /// `scratch.candidates` with the `limits.k` best labels found, as
+    /// `(label, log-probability, depth)` in no particular order.
+    pub fn early_stop_search(
+        &self,
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        limits: &SearchLimits,
+        scratch: &mut SearchScratch,
+    ) -> SearchStats {
+        let k = limits.k.max(1);
+        let beam = limits.beam.max(1);
+        let mut stats = SearchStats::default();
+        scratch.candidates.clear();
+        scratch.frontier.clear();
+        scratch.best.clear();
+        scratch.per_depth.iter_mut().for_each(|c| *c = 0);
+        scratch.frontier.push(Frontier { logp: 0.0, node: 0 });
+        while let Some(&top) = scratch.frontier.peek() {
+            if scratch.best.len() == k && scratch.best.peek().is_some_and(|kth| kth.logp > top.logp)
+            {
+                stats.early_stopped = true;
+                break;
+            }
+            if let Some(deadline) = limits.deadline {
+                if stats.nodes_evaluated % DEADLINE_CHECK_EVERY == 0 && Instant::now() >= deadline {
+                    stats.deadline_hit = true;
+                    break;
+                }
+            }
+            scratch.frontier.pop();
+            let node = top.node as usize;
+            let depth = self.depth(node);
+            let d = depth as usize;
+            if d >= scratch.per_depth.len() {
+                scratch.per_depth.resize(d + 1, 0);
+            }
+            if scratch.per_depth[d] as usize >= beam {
+                stats.beam_capped = true;
+                continue;
+            }
+            scratch.per_depth[d] += 1;
+            self.score_node(node, q_idx, q_val, dense, &mut scratch.acc);
+            stats.nodes_evaluated += 1;
+            let outs = self.outputs(node);
+            if self.is_leaf(node) {
+                for (&label, &s) in outs.iter().zip(&scratch.acc) {
+                    let cand = Ranked {
+                        logp: top.logp + score_to_log_prob(loss, s),
+                        label,
+                        depth: depth + 1,
+                    };
+                    if scratch.best.len() < k {
+                        scratch.best.push(cand);
+                    } else if let Some(mut worst) = scratch.best.peek_mut() {
+                        if cand < *worst {
+                            *worst = cand;
+                        }
+                    }
+                }
+            } else {
+                let kth = if scratch.best.len() == k {
+                    scratch.best.peek().map(|r| r.logp)
+                } else {
+                    None
+                };
+                for (&child, &s) in outs.iter().zip(&scratch.acc) {
+                    let logp = top.logp + score_to_log_prob(loss, s);
+                    if kth.is_some_and(|kth| logp < kth) {
+                        stats.early_stopped = true;
+                        continue;
+                    }
+                    scratch.frontier.push(Frontier { logp, node: child });
+                }
+            }
+        }
+        scratch
+            .candidates
+            .extend(scratch.best.iter().map(|r| (r.label, r.logp, r.depth)));
+        stats
+    }
+
     /// Level-wise beam search (Parabel's): keeps the `beam` best internal nodes per level by path
     /// log-probability, and collects every label of every leaf it reaches into
     /// `scratch.candidates` with its path log-probability and depth (its leaf's depth + 1).
@@ -264,6 +457,7 @@ where
                 }
             }
             if scratch.next.len() > beam {
+                stats.beam_capped = true;
                 scratch.next.select_nth_unstable_by(beam - 1, |a, b| {
                     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
                 });
