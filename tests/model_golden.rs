@@ -48,7 +48,11 @@ fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
         "{:?}",
         p.labels
     );
-    for (got, want) in p.scores.iter().zip([0.544_467_1_f32, 0.460_923_22, 0.249_387_2]) {
+    for (got, want) in p
+        .scores
+        .iter()
+        .zip([0.544_467_1_f32, 0.460_923_22, 0.249_387_2])
+    {
         assert!((got - want).abs() < 1e-6, "{:?}", p.scores);
     }
 }

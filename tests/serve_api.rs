@@ -336,6 +336,49 @@ async fn info_routes_health_metrics_and_openapi() {
     let (s, v) = call(&state, "GET", "/openapi.json", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["openapi"], "3.1.0");
+    // The served document states this server's limits.
+    let k = &v["components"]["schemas"]["PredictRequest"]["properties"]["k"];
+    assert_eq!(k["maximum"], json!(state.cfg.max_k));
+    let instances = &v["paths"]["/v1/predict/batch"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"]["properties"]["instances"];
+    assert_eq!(instances["maxItems"], json!(state.cfg.max_batch));
+}
+
+#[tokio::test]
+async fn integral_floats_and_nulls_are_accepted_as_json_schema_reads_them() {
+    let (_dir, state, _) = loaded_state(None).await;
+    let body = r#"{"features": [[3.0, 1], [17, 0.5]], "k": 2.0, "beam": null,
+                   "deadline_us": null, "block_candidates": null, "rerank": null}"#;
+    let (s, v) = call(&state, "POST", "/v1/predict", Some(body.into())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["labels"].as_array().unwrap().len(), 2);
+    for bad in [
+        r#"{"features": [[3.5, 1]]}"#,
+        r#"{"features": [[-1, 1]]}"#,
+        r#"{"features": [[3, 1]], "k": 2.5}"#,
+        r#"{"features": [[3, 1]], "k": -2}"#,
+        r#"{"features": [[1e30, 1]]}"#,
+        r#"{"features": [[3, 1]], "k": 1e30}"#,
+        r#"{"features": [[3, 1]], "beam": "wide"}"#,
+    ] {
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(bad.into())).await;
+        assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    // An id past u32 is out of range for every model, and says so.
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[4294967296, 1]]}"#.into()),
+    )
+    .await;
+    assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("4294967296")
+    );
 }
 
 #[tokio::test]

@@ -19,26 +19,67 @@ use std::time::Instant;
 /// The OpenAPI 3 description of this API (kept in the repository as `openapi.json`).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
-/// One prediction request.
+/// A JSON integer: any number with an integral value, so `3` and `3.0` mean the same (as in JSON
+/// Schema's `integer`). Negative, fractional and non-numeric values are refused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct JsonInt(u64);
+
+impl<'de> Deserialize<'de> for JsonInt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = JsonInt;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a non-negative integer")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<JsonInt, E> {
+                Ok(JsonInt(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<JsonInt, E> {
+                u64::try_from(v)
+                    .map(JsonInt)
+                    .map_err(|_| E::custom(format!("{v} is negative")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<JsonInt, E> {
+                // 2^64 is exact in f64; anything at or above it does not fit.
+                if v.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&v) {
+                    Ok(JsonInt(v as u64))
+                } else {
+                    Err(E::custom(format!("{v} is not a non-negative integer")))
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl JsonInt {
+    /// As a `usize`, saturating (every limit it is checked against is far smaller).
+    fn usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+/// One prediction request. Every field but `features` may be absent or `null`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
     /// `[[id, value], ...]`.
-    features: Vec<(u32, f64)>,
+    features: Vec<(JsonInt, f64)>,
     /// How many labels (default: the server's `default_k`).
-    k: Option<usize>,
+    k: Option<JsonInt>,
     /// Beam width (default: the server's, else the model's).
-    beam: Option<usize>,
+    beam: Option<JsonInt>,
     /// Depth-aware early stopping (default on); `false` runs the level-wise beam search.
     early_stop: Option<bool>,
     /// With early stopping: answer with the best labels found after this many microseconds.
-    deadline_us: Option<u64>,
+    deadline_us: Option<JsonInt>,
     /// REFRAG reranking; not in this model version.
     rerank: Option<bool>,
     /// FIAT imputation; not in this model version.
     impute: Option<bool>,
     /// BP router blocks to search; not in this model version.
-    block_candidates: Option<usize>,
+    block_candidates: Option<JsonInt>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,14 +115,14 @@ fn prepare(
     state: &AppState,
     req: &PredictRequest,
 ) -> Result<(Vec<u32>, Vec<f32>, PredictOptions), ApiError> {
-    let k = req.k.unwrap_or(state.cfg.default_k);
+    let k = req.k.map_or(state.cfg.default_k, JsonInt::usize);
     if k == 0 || k > state.cfg.max_k {
         return Err(ApiError::Invalid(format!(
             "k = {k} is not between 1 and {}",
             state.cfg.max_k
         )));
     }
-    let beam = req.beam.or(state.cfg.beam);
+    let beam = req.beam.map(JsonInt::usize).or(state.cfg.beam);
     if beam == Some(0) {
         return Err(ApiError::Invalid("beam must be at least 1".into()));
     }
@@ -103,7 +144,9 @@ fn prepare(
     }
     let mut idx = Vec::with_capacity(req.features.len());
     let mut val = Vec::with_capacity(req.features.len());
-    for &(i, v) in &req.features {
+    for &(JsonInt(i), v) in &req.features {
+        let i = u32::try_from(i)
+            .map_err(|_| ApiError::Invalid(format!("feature id {i} is out of range")))?;
         let v32 = v as f32;
         if !v32.is_finite() {
             return Err(ApiError::Invalid(format!(
@@ -120,7 +163,7 @@ fn prepare(
             k,
             beam,
             early_stop,
-            deadline_us: req.deadline_us,
+            deadline_us: req.deadline_us.map(|d| d.0),
         },
     ))
 }
@@ -310,9 +353,34 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// `GET /openapi.json`.
-pub async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+/// `GET /openapi.json`: the repository's document with this server's limits written in (`k` at
+/// most `max_k`, batches of at most `max_batch`, feature ids below the serving model's feature
+/// count), so that a client generated from it, or a schema-based tester, knows them.
+pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
+    match serde_json::from_str::<Value>(OPENAPI) {
+        Ok(mut doc) => {
+            let request = "/components/schemas/PredictRequest/properties/k";
+            if let Some(k) = doc.pointer_mut(request).and_then(Value::as_object_mut) {
+                k.insert("maximum".into(), json!(state.cfg.max_k));
+            }
+            let id = "/components/schemas/PredictRequest/properties/features/items/prefixItems/0";
+            if let (Some(id), Some(loaded)) = (
+                doc.pointer_mut(id).and_then(Value::as_object_mut),
+                state.current.load_full(),
+            ) {
+                let n = loaded.model.meta().n_features;
+                id.insert("maximum".into(), json!(n.saturating_sub(1)));
+            }
+            let batch = "/paths/~1v1~1predict~1batch/post/requestBody/content/\
+                         application~1json/schema/properties/instances";
+            if let Some(b) = doc.pointer_mut(batch).and_then(Value::as_object_mut) {
+                b.insert("maxItems".into(), json!(state.cfg.max_batch));
+            }
+            Json(doc).into_response()
+        }
+        // The document is compiled in and a test parses it; serve it as is if that ever fails.
+        Err(_) => ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response(),
+    }
 }
 
 /// Unknown routes get the same error shape.
