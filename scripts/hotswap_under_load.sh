@@ -7,7 +7,7 @@
 # 1. Starts `xmc serve` on a symlink to MODEL_A (poll interval 100 ms).
 # 2. Measures the maximum rate with wrk (closed loop, 16 connections, 10 s).
 # 3. At half that rate (hey, rate-limited workers), runs 20 s without swaps, then keeps the same
-#    load while swapping the served model SWAPS times (default 100), every 0.3 s: each swap flips
+#    load while swapping the served model SWAPS times (default 100), every second: each swap flips
 #    the symlink by an atomic rename; half are left to the poller, half are followed by
 #    POST /v1/admin/reload.
 # 4. Prints failed requests, p50/p99 before and during the swaps, the server's peak RSS (VmHWM)
@@ -54,7 +54,7 @@ for i in $(seq "$SWAPS"); do
     curl -sf -X POST -H "authorization: Bearer $TOKEN" "$URL/v1/admin/reload" >/dev/null \
       || echo "reload call $i failed"
   fi
-  sleep 0.3
+  sleep 1
 done
 end=$(date +%s.%N)
 kill -INT $LOAD 2>/dev/null || true

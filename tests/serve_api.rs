@@ -403,7 +403,19 @@ async fn admin_reload_needs_the_token() {
         Some("Bearer s3cret"),
     )
     .await;
+    // The file has not changed: nothing to load (a second map of it would only cost memory).
     assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["reloaded"], false, "{v}");
+    let (s, v) = call_with(
+        &state,
+        "POST",
+        "/v1/admin/reload?force=true",
+        None,
+        Some("Bearer s3cret"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["reloaded"], true, "{v}");
     assert_eq!(v["version"], version);
 }
 

@@ -88,7 +88,7 @@ impl AppState {
 /// Loads the configured model path now, whether or not it changed, and publishes it; on failure
 /// the old model keeps serving and the error is recorded (as `POST /v1/admin/reload` does).
 pub async fn reload_now(state: &Arc<AppState>) -> Result<ReloadOutcome, String> {
-    reload::load_now(state, true).await
+    reload::load_now(state, reload::Trigger::Force).await
 }
 
 /// The process-wide Prometheus recorder (installed once; later calls share it).
@@ -208,7 +208,7 @@ pub fn metrics_app(state: Arc<AppState>) -> Router {
 /// drains in-flight requests for up to `shutdown_timeout_ms`.
 pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(cfg).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    match reload::load_now(&state, true).await {
+    match reload::load_now(&state, reload::Trigger::Explicit).await {
         Ok(_) => {}
         Err(e) => {
             tracing::error!(error = %e, "the initial model failed to load; serving 503 until one does")

@@ -98,10 +98,24 @@ fn open_and_warm(path: &Path) -> Result<Model, String> {
     Ok(model)
 }
 
-/// Loads the model path if its file differs from the one serving (or always, with `force`),
-/// and publishes it. A failure keeps the old model, is counted and logged, and is remembered so
-/// the poller does not retry the same broken file every interval.
-pub async fn load_now(state: &Arc<AppState>, force: bool) -> Result<ReloadOutcome, String> {
+/// How a load was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The poller: a missing path is retried quietly, and a file that failed is not retried.
+    Poll,
+    /// An explicit request: a missing path is an error, and a file that failed is tried again;
+    /// the file serving now is left alone (a second map of the same bytes would only cost
+    /// memory).
+    Explicit,
+    /// An explicit request to load the file even if it is the one serving.
+    Force,
+}
+
+/// Loads the model path if its file differs from the one serving (or always, with
+/// [`Trigger::Force`]), and publishes it. A failure keeps the old model, is counted and logged,
+/// and is remembered so the poller does not retry the same broken file every interval.
+pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadOutcome, String> {
+    let force = trigger != Trigger::Poll;
     let mut last_failed = state.reload_lock.lock().await;
     let path = state.cfg.model.clone();
     let sig = match FileSig::of(&path) {
@@ -118,7 +132,13 @@ pub async fn load_now(state: &Arc<AppState>, force: bool) -> Result<ReloadOutcom
         }
     };
     let serving = state.current.load();
-    if !force && (serving.as_ref().map(|l| l.sig) == Some(sig) || *last_failed == Some(sig)) {
+    let is_serving = serving.as_ref().map(|l| l.sig) == Some(sig);
+    let unchanged = match trigger {
+        Trigger::Poll => is_serving || *last_failed == Some(sig),
+        Trigger::Explicit => is_serving,
+        Trigger::Force => false,
+    };
+    if unchanged {
         return Ok(ReloadOutcome::Unchanged);
     }
     let p = path.clone();
@@ -182,6 +202,6 @@ pub async fn poll(state: Arc<AppState>) {
     loop {
         tokio::time::sleep(every).await;
         // Failures are recorded inside; a missing file between renames is retried next tick.
-        let _ = load_now(&state, false).await;
+        let _ = load_now(&state, Trigger::Poll).await;
     }
 }

@@ -5,8 +5,8 @@ use super::{ApiError, AppState};
 use crate::model::{PredictOptions, Prediction, QueryError, Scratch};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rayon::prelude::*;
@@ -305,6 +305,7 @@ pub async fn model_info(State(state): State<Arc<AppState>>) -> Result<Json<Value
 /// `POST /v1/admin/reload`: loads the model path now (needs the bearer token).
 pub async fn admin_reload(
     State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let Some(token) = state.cfg.admin_token.as_deref() else {
@@ -317,7 +318,16 @@ pub async fn admin_reload(
     if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
         return Err(ApiError::Unauthorized);
     }
-    match reload::load_now(&state, true).await {
+    // `?force=true` reloads even the file that is serving; by default that is a no-op.
+    let force = query
+        .as_deref()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "force=true" || kv == "force=1"));
+    let trigger = if force {
+        reload::Trigger::Force
+    } else {
+        reload::Trigger::Explicit
+    };
+    match reload::load_now(&state, trigger).await {
         Ok(ReloadOutcome::Loaded(version)) => {
             Ok(Json(json!({"reloaded": true, "version": version})))
         }
