@@ -115,14 +115,14 @@ pub enum Trigger {
 /// [`Trigger::Force`]), and publishes it. A failure keeps the old model, is counted and logged,
 /// and is remembered so the poller does not retry the same broken file every interval.
 pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadOutcome, String> {
-    let force = trigger != Trigger::Poll;
+    let explicit = trigger != Trigger::Poll;
     let mut last_failed = state.reload_lock.lock().await;
     let path = state.cfg.model.clone();
     let sig = match FileSig::of(&path) {
         Ok(s) => s,
         // Between an unlink and a rename the path may briefly not exist: the poller just looks
         // again next time; an explicit load reports it.
-        Err(e) if !force => {
+        Err(e) if !explicit => {
             tracing::debug!(error = %e, "model path not readable; will look again");
             return Ok(ReloadOutcome::Unchanged);
         }
