@@ -42,12 +42,7 @@ pub struct SweepArgs {
 /// Runs `xmc sweep`.
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(args.config.as_deref(), &args.set)?;
-    if cfg.threads > 0 {
-        // A second call fails when a pool already exists; the existing one is fine.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.threads)
-            .build_global();
-    }
+    super::train::init_threads(&cfg);
     let predict = predict_options(&args.predict_set, PredictOptions::default().k)?;
     if predict.deadline_us.is_some() {
         bail!("`deadline_us` would make the sweep's latencies meaningless");

@@ -67,6 +67,16 @@ fn load_names(
     .transpose()
 }
 
+/// Sizes the global rayon pool to the config's `threads` (0: one per core). A second call finds
+/// the pool already built (e.g. in tests) and keeps it.
+pub fn init_threads(cfg: &TrainConfig) {
+    if cfg.threads > 0 {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.threads)
+            .build_global();
+    }
+}
+
 /// Reads a data file, L2-normalizing rows when the config asks for it.
 pub fn load_data(path: &Path, normalize: bool) -> anyhow::Result<Dataset> {
     let mut ds = data::read_xc_file(path).with_context(|| format!("reading {}", path.display()))?;
@@ -79,12 +89,7 @@ pub fn load_data(path: &Path, normalize: bool) -> anyhow::Result<Dataset> {
 /// Runs `xmc train`.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(args.config.as_deref(), &args.set)?;
-    if cfg.threads > 0 {
-        // A second call fails when a pool already exists (e.g. in tests); the existing one is fine.
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.threads)
-            .build_global();
-    }
+    init_threads(&cfg);
     let start = Instant::now();
     let ds = load_data(&args.train, cfg.normalize)?;
     let read_s = start.elapsed().as_secs_f64();

@@ -116,7 +116,6 @@ fn assign_by_weighted_2means(
     params: &ClusterParams,
     seed: u64,
 ) -> Vec<bool> {
-    let n = sub.len();
     let lambda = target.lambda;
     let sim_coef = (2.0 - lambda) / 2.0;
     let fano_coef = (lambda - 1.0).max(0.0);
@@ -124,11 +123,7 @@ fn assign_by_weighted_2means(
     let mut left = Vec::new();
     let mut previous = f64::NEG_INFINITY;
     for iter in 0..params.max_iter {
-        let sims: Vec<[f32; 2]> = (0..n)
-            .into_par_iter()
-            .with_min_len(SIMILARITY_CHUNK)
-            .map(|k| similarities(sub.row(k), &centroids))
-            .collect();
+        let sims = all_similarities(sub, &centroids);
         // β_ℓ / f_ℓ(λ): the sort key of Lemma 1, written without the division.
         let keys: Vec<f32> = sims
             .iter()
@@ -178,11 +173,7 @@ fn assign_by_2means(
     let mut left = Vec::new();
     let mut previous = f64::NEG_INFINITY;
     for iter in 0..params.max_iter {
-        let sims: Vec<[f32; 2]> = (0..n)
-            .into_par_iter()
-            .with_min_len(SIMILARITY_CHUNK)
-            .map(|k| similarities(sub.row(k), &centroids))
-            .collect();
+        let sims = all_similarities(sub, &centroids);
         let margins: Vec<f32> = sims.iter().map(|s| s[0] - s[1]).collect();
         left = params.strategy.assign(&margins, left_len);
         let total: f64 = sims
@@ -198,6 +189,16 @@ fn assign_by_2means(
         refit(sub, &left, None, &mut centroids);
     }
     left
+}
+
+/// Every row's dot products with both centroids, in row order (parallel over rows, so the result
+/// does not depend on the thread count).
+fn all_similarities(sub: &Subset<'_>, centroids: &[[f32; 2]]) -> Vec<[f32; 2]> {
+    (0..sub.len())
+        .into_par_iter()
+        .with_min_len(SIMILARITY_CHUNK)
+        .map(|k| similarities(sub.row(k), centroids))
+        .collect()
 }
 
 /// The dot products of one sparse row with both centroids.

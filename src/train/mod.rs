@@ -132,21 +132,14 @@ pub fn train(
     if ds.n_points() == 0 {
         return Err(TrainError::Data("the data has no points".into()));
     }
-    if let Some(names) = &inputs.label_names {
-        if names.len() != ds.n_labels() {
+    for (names, n, what) in [
+        (&inputs.label_names, ds.n_labels(), "label"),
+        (&inputs.feature_names, ds.n_features(), "feature"),
+    ] {
+        if let Some(names) = names.as_ref().filter(|names| names.len() != n) {
             return Err(TrainError::Data(format!(
-                "{} label names for {} labels",
-                names.len(),
-                ds.n_labels()
-            )));
-        }
-    }
-    if let Some(names) = &inputs.feature_names {
-        if names.len() != ds.n_features() {
-            return Err(TrainError::Data(format!(
-                "{} feature names for {} features",
-                names.len(),
-                ds.n_features()
+                "{} {what} names for {n} {what}s",
+                names.len()
             )));
         }
     }
