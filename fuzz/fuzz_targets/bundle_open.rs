@@ -9,6 +9,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+mod reseal;
+use reseal::reseal;
 use xmc::bundle::{Bundle, Dtype};
 
 fuzz_target!(|data: &[u8]| {
@@ -41,28 +44,4 @@ fn exercise(data: &[u8]) {
         total = total.wrapping_add(len.unwrap_or(0));
     }
     std::hint::black_box(total);
-}
-
-/// A copy of `data` with the file length, table CRC, header CRC and footer CRC made consistent
-/// with the rest of the bytes, following the layout in the `xmc::bundle` module docs.
-fn reseal(data: &[u8]) -> Option<Vec<u8>> {
-    let mut b = data.to_vec();
-    if b.len() < 80 {
-        return None;
-    }
-    let count = u32::from_le_bytes(b[16..20].try_into().ok()?) as usize;
-    let table_end = count.checked_mul(64)?.checked_add(64)?;
-    if table_end > b.len() - 16 {
-        return None;
-    }
-    let len = b.len() as u64;
-    b[24..32].copy_from_slice(&len.to_le_bytes());
-    let table_crc = crc32fast::hash(&b[64..table_end]);
-    b[56..60].copy_from_slice(&table_crc.to_le_bytes());
-    let header_crc = crc32fast::hash(&b[..60]);
-    b[60..64].copy_from_slice(&header_crc.to_le_bytes());
-    let meta_crc = crc32fast::hash(&b[..table_end]);
-    let footer = b.len() - 16;
-    b[footer..footer + 4].copy_from_slice(&meta_crc.to_le_bytes());
-    Some(b)
 }
