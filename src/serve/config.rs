@@ -76,6 +76,9 @@ pub struct ServeConfig {
     pub admin_token: Option<String>,
     /// Log format.
     pub log_format: LogFormat,
+    /// The nice value (0–19) of the thread that loads a new model: the checksums, validation
+    /// and pre-faulting of a swap then run on CPU that requests leave idle (Linux only).
+    pub load_nice: i32,
 }
 
 impl ServeConfig {
@@ -96,6 +99,7 @@ impl ServeConfig {
             shutdown_timeout_ms: 10_000,
             admin_token: None,
             log_format: LogFormat::Text,
+            load_nice: 10,
         }
     }
 
@@ -116,6 +120,7 @@ impl ServeConfig {
         "shutdown_timeout_ms",
         "admin_token",
         "log_format",
+        "load_nice",
     ];
 
     /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
@@ -194,6 +199,10 @@ impl ServeConfig {
             "request_timeout_ms" => self.request_timeout_ms = num(value)?,
             "shutdown_timeout_ms" => self.shutdown_timeout_ms = num(value)?,
             "admin_token" => self.admin_token = (!value.is_empty()).then(|| value.to_string()),
+            "load_nice" => match num(value)? {
+                n @ 0..=19 => self.load_nice = n as i32,
+                n => return Err(bad(format!("`{n}` is not a nice value from 0 to 19"))),
+            },
             "log_format" => {
                 self.log_format = match value {
                     "text" => LogFormat::Text,

@@ -98,6 +98,39 @@ fn open_and_warm(path: &Path) -> Result<Model, String> {
     Ok(model)
 }
 
+/// Runs `work` on a thread of its own at nice value `nice`, so that a load's CPU (checksums,
+/// validation, pre-faulting, warming) comes from what requests leave idle, and waits for it
+/// without blocking the async workers. A panic in `work` is an error, not a crash.
+async fn in_background<T: Send + 'static>(
+    nice: i32,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("xmc-load".into())
+        .spawn(move || {
+            lower_priority(nice);
+            let _ = tx.send(work());
+        })
+        .map_err(|e| format!("could not start the load thread: {e}"))?;
+    rx.await
+        .map_err(|_| "the load thread ended without a result".to_string())
+}
+
+/// Sets the calling thread's nice value (on Linux `setpriority` on a thread id applies to that
+/// thread alone). A refusal only costs latency during swaps, so it is logged, not fatal.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        let tid = rustix::thread::gettid();
+        if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
+            tracing::warn!(error = %e, nice, "could not lower the load thread's priority");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 /// How a load was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -142,9 +175,9 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
         return Ok(ReloadOutcome::Unchanged);
     }
     let p = path.clone();
-    let opened = tokio::task::spawn_blocking(move || open_and_warm(&p))
+    let nice = state.cfg.load_nice;
+    let opened = in_background(nice, move || open_and_warm(&p))
         .await
-        .map_err(|e| format!("the load task failed: {e}"))
         .and_then(|r| r);
     // The file may have changed while it was read; then the next poll loads it again.
     match opened {
@@ -203,5 +236,31 @@ pub async fn poll(state: Arc<AppState>) {
         tokio::time::sleep(every).await;
         // Failures are recorded inside; a missing file between renames is retried next tick.
         let _ = load_now(&state, Trigger::Poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn loads_run_on_their_own_thread_at_the_configured_nice_value() {
+        let (name, nice) = in_background(7, || {
+            let name = std::thread::current().name().map(str::to_string);
+            #[cfg(target_os = "linux")]
+            let nice = rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
+            #[cfg(not(target_os = "linux"))]
+            let nice = Some(7);
+            (name, nice)
+        })
+        .await
+        .unwrap();
+        assert_eq!(name.as_deref(), Some("xmc-load"));
+        // A process already running at a higher nice value cannot go back down to 7.
+        assert!(nice.is_some_and(|n| n >= 7), "{nice:?}");
+        let err = in_background(0, || -> u32 { panic!("a load that panics") })
+            .await
+            .unwrap_err();
+        assert!(err.contains("without a result"), "{err}");
     }
 }
