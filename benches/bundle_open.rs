@@ -5,12 +5,18 @@
 //! checksum verification, no prefaulting) and the median time of a `verify_checksums` pass for
 //! each. A third, 10 MB bundle with 4096 sections shows what open time does grow with: the
 //! number of sections.
+//!
+//! Then whole models: `Model::open` without verification (the container plus the O(nodes +
+//! labels) structural checks) and with it (every checksum, weight entry and name), on the
+//! shipped default model and on each bundle named in `XMC_BENCH_MODELS` (comma-separated
+//! paths, e.g. a debian-deps model 80× its size).
 //! Run with `cargo bench --bench bundle_open`. It prints figures and asserts nothing about time.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use xmc::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
+use xmc::model::Model;
 
 const OPENS: usize = 301;
 
@@ -91,6 +97,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             full.as_secs_f64() * 1e3,
         );
         std::fs::remove_file(&path)?;
+    }
+
+    let mut models = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("models/default.xmcb")];
+    if let Ok(list) = std::env::var("XMC_BENCH_MODELS") {
+        models.extend(list.split(',').filter(|p| !p.is_empty()).map(Into::into));
+    }
+    println!("\nModel::open: median of {OPENS} opens without verification, of 3 with");
+    println!(
+        "{:>10} {:>12} {:>18} {:>16}  model",
+        "size MB", "labels", "open (structure)", "open (verify)"
+    );
+    let quick = OpenOptions::default();
+    let verify = OpenOptions {
+        verify_checksums: true,
+        prefault: false,
+    };
+    for path in &models {
+        let len = std::fs::metadata(path)?.len();
+        let time =
+            |options: &OpenOptions, n: usize| -> Result<Duration, Box<dyn std::error::Error>> {
+                let mut times = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let start = Instant::now();
+                    let model = Model::open(path, options)?;
+                    times.push(start.elapsed());
+                    std::hint::black_box(&model);
+                }
+                Ok(median(times))
+            };
+        let open = time(&quick, OPENS)?;
+        let full = time(&verify, 3)?;
+        let labels = Model::open(path, &quick)?.meta().n_labels;
+        println!(
+            "{:>10.1} {:>12} {:>15.3} ms {:>13.1} ms  {}",
+            len as f64 / (1 << 20) as f64,
+            labels,
+            open.as_secs_f64() * 1e3,
+            full.as_secs_f64() * 1e3,
+            path.display()
+        );
     }
     Ok(())
 }

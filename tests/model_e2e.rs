@@ -287,3 +287,84 @@ fn run_train_eval(dir: &Path, name: &str, train: &Path, test: &Path) {
     let heldout = model.meta().heldout.as_ref().unwrap();
     assert_eq!(heldout["p@1"], report["p@1"], "{name}");
 }
+
+#[test]
+fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it() {
+    let ds = load("Corel5k", "train");
+    let trained = train_with(&ds, &["max_leaf=50"]);
+    let d = ds.n_features() as u32;
+    let queries: Vec<(Vec<u32>, Vec<f32>)> = (0..20)
+        .map(|i| ds.feature_row(i))
+        .map(|(i, v)| (i.to_vec(), v.to_vec()))
+        .chain([((0..d).collect(), vec![1.0; d as usize])])
+        .collect();
+    // Corruptions a structural open does not look at: output indexes and entry offsets out of
+    // range, hash tables with no free slot (a probe for a missing feature must still end),
+    // non-finite weights, and a name section that does not parse.
+    let corruptions: [fn(&mut Trained); 5] = [
+        |t| {
+            t.trees[0]
+                .chunks
+                .entry_out
+                .iter_mut()
+                .for_each(|o| *o = 1 << 30)
+        },
+        |t| {
+            let s = &mut t.trees[0].chunks.entry_start;
+            let n = s.len();
+            s[1..n - 1].iter_mut().for_each(|x| *x = u32::MAX);
+        },
+        |t| {
+            let h = &mut t.trees[0].chunks.hash;
+            h.chunks_exact_mut(2).for_each(|s| s[0] = u32::MAX - 1);
+        },
+        |t| {
+            t.trees[0]
+                .chunks
+                .entry_weight
+                .iter_mut()
+                .for_each(|w| *w = f32::NAN)
+        },
+        |t| t.label_names = Some(vec!["only one".into()]),
+    ];
+    for (c, corrupt) in corruptions.iter().enumerate() {
+        let mut t = train_with(&ds, &["max_leaf=50"]);
+        if c == 4 {
+            t.meta.has_label_names = true;
+        }
+        corrupt(&mut t);
+        let bytes = t.to_bytes().unwrap();
+        assert!(
+            Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).is_err(),
+            "corruption {c} passed the full validation"
+        );
+        let model = Model::from_bundle_structure(Bundle::from_bytes(&bytes).unwrap()).unwrap();
+        assert!(model.verify().is_err(), "corruption {c} passed verify()");
+        for (idx, val) in &queries {
+            for early_stop in [true, false] {
+                let opts = PredictOptions {
+                    k: 10,
+                    early_stop,
+                    ..PredictOptions::default()
+                };
+                let p = model.predict(idx, val, &opts).unwrap();
+                assert!(p.labels.len() <= 10);
+            }
+        }
+        if c == 4 {
+            assert!(model.label_names().is_none());
+        }
+    }
+    // An intact model opens the same either way and answers identically.
+    let bytes = trained.to_bytes().unwrap();
+    let full = Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap();
+    let quick = Model::from_bundle_structure(Bundle::from_bytes(&bytes).unwrap()).unwrap();
+    quick.verify().unwrap();
+    for (idx, val) in &queries {
+        let o = PredictOptions::default();
+        assert_eq!(
+            full.predict(idx, val, &o).unwrap(),
+            quick.predict(idx, val, &o).unwrap()
+        );
+    }
+}

@@ -1,6 +1,7 @@
-//! Any bytes given to `Model::from_bundle` give a model or an error, never a panic, and a model that
-//! opens answers any query without panicking: everything the request path indexes with is checked
-//! once, at open.
+//! Any bytes given to `Model::from_bundle` or `Model::from_bundle_structure` give a model or an
+//! error, never a panic, and a model that opens answers any query without panicking or looping:
+//! what the request path indexes with is checked once, at open, down to the weight entries for a
+//! full open; a structural open leaves the entries to the bounded scoring loops.
 //!
 //! Seed it with the golden model (`tests/data/golden/model-v1.xmcb`, see the README of this
 //! folder): random bytes almost never make a valid model's JSON metadata, while mutations of a real
@@ -24,12 +25,25 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn exercise(data: &[u8]) {
-    let Ok(bundle) = Bundle::from_bytes(data) else {
-        return;
-    };
-    let Ok(model) = Model::from_bundle(bundle) else {
-        return;
-    };
+    // Both opens: the full validation, and the O(nodes + labels) structural one, whose models
+    // must answer without panicking or looping whatever their weight entries hold.
+    for full in [true, false] {
+        let Ok(bundle) = Bundle::from_bytes(data) else {
+            return;
+        };
+        let opened = if full {
+            Model::from_bundle(bundle)
+        } else {
+            Model::from_bundle_structure(bundle)
+        };
+        if let Ok(model) = opened {
+            query(&model, data);
+        }
+    }
+}
+
+fn query(model: &Model, data: &[u8]) {
+    let _ = model.label_names();
     let d = model.meta().n_features as u32;
     // A few queries made from the input's tail: ids in and out of range, any values (NaN too).
     let tail = &data[data.len().saturating_sub(48)..];

@@ -1,7 +1,7 @@
 //! `xmc eval`: scores a model on labelled data, or a prediction file against the truth.
 
+use super::VERIFY;
 use super::train::load_data;
-use crate::bundle::OpenOptions;
 use crate::data;
 use crate::eval::{self, EvalReport, Evaluator, PropensityParams, predfile};
 use crate::model::evaluate::evaluate_model;
@@ -133,7 +133,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     match (&args.model, &args.data, &args.truth, &args.pred) {
         (Some(model), Some(data), None, None) => {
             let opts = predict_options(&args.set, ks.iter().copied().max().unwrap_or(5))?;
-            let model = Model::open(model, &OpenOptions::default())
+            let model = Model::open(model, &VERIFY)
                 .with_context(|| format!("opening model {}", model.display()))?;
             let ds = load_data(data, false)?;
             if ds.n_labels() > model.meta().n_labels {

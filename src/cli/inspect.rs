@@ -63,7 +63,7 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
         "file_bytes": model.bundle().file_len(),
         "format_version": model.bundle().format_version(),
         "open_ms": open_ms,
-        "verify_checksums_ms": verify_ms,
+        "verify_ms": verify_ms,
         "meta": model.meta(),
         "sections": sections,
         "trees": trees,
@@ -77,7 +77,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening model {}", args.model.display()))?;
     let open_ms = start.elapsed().as_secs_f64() * 1e3;
     let start = Instant::now();
-    model.bundle().verify_checksums()?;
+    model
+        .verify()
+        .with_context(|| format!("verifying model {}", args.model.display()))?;
     let verify_ms = start.elapsed().as_secs_f64() * 1e3;
     let r = report(&model, open_ms, verify_ms);
     if args.json {
@@ -99,7 +101,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         std::io::stdout(),
-        "open       {open_ms:.3} ms (checksums verified in {verify_ms:.1} ms)"
+        "open       {open_ms:.3} ms (checksums, weights and names verified in {verify_ms:.1} ms)"
     )?;
     writeln!(
         std::io::stdout(),

@@ -51,3 +51,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Data(cmd) => data::run(cmd),
     }
 }
+
+/// How the one-shot commands (`eval`, `predict`) open a model: every checksum, weight entry and
+/// name is verified, so a corrupt bundle is refused rather than answered from.
+pub(crate) const VERIFY: crate::bundle::OpenOptions = crate::bundle::OpenOptions {
+    verify_checksums: true,
+    prefault: false,
+};

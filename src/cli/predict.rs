@@ -1,7 +1,7 @@
 //! `xmc predict`: writes the top-k labels of every point of a data file.
 
+use super::VERIFY;
 use super::train::load_data;
-use crate::bundle::OpenOptions;
 use crate::model::{Model, PredictOptions, Prediction, Scratch};
 use anyhow::Context;
 use clap::Args;
@@ -34,7 +34,7 @@ pub struct PredictArgs {
 
 /// Runs `xmc predict`, spreading the points over all cores.
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
-    let model = Model::open(&args.model, &OpenOptions::default())
+    let model = Model::open(&args.model, &VERIFY)
         .with_context(|| format!("opening model {}", args.model.display()))?;
     let ds = load_data(&args.data, false)?;
     let options = PredictOptions {

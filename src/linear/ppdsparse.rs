@@ -319,7 +319,9 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let (mut indptr, mut indices, mut data) = (vec![0usize], Vec::new(), Vec::new());
         for _ in 0..n {
-            let mut cols: Vec<u32> = (0..per_row).map(|_| rng.random_range(0..d as u32)).collect();
+            let mut cols: Vec<u32> = (0..per_row)
+                .map(|_| rng.random_range(0..d as u32))
+                .collect();
             cols.sort_unstable();
             cols.dedup();
             for &j in &cols {

@@ -18,6 +18,7 @@ use crate::linear::Loss;
 use crate::tree::chunk::Chunks;
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -109,8 +110,8 @@ pub struct Model {
     bundle: Bundle,
     meta: ModelMeta,
     trees: Vec<MappedTree>,
-    label_names: Option<Vec<String>>,
-    feature_names: Option<Vec<String>>,
+    label_names: LazyNames,
+    feature_names: LazyNames,
     train_counts: Section<u32>,
     train_points: usize,
 }
@@ -131,13 +132,51 @@ pub fn tree_section(t: usize, array: &str) -> String {
 }
 
 impl Model {
-    /// Opens and validates the bundle at `path`.
+    /// Opens and validates the bundle at `path`. With `verify_checksums` every section's CRC and
+    /// every stored weight entry and name are checked ([`Model::from_bundle`], O(file)); without,
+    /// only what costs O(nodes + labels) is ([`Model::from_bundle_structure`]), so opening takes
+    /// the same few milliseconds whatever the bundle's size.
     pub fn open(path: &Path, options: &OpenOptions) -> Result<Model, ModelError> {
-        Model::from_bundle(Bundle::open(path, options)?)
+        let bundle = Bundle::open(path, options)?;
+        if options.verify_checksums {
+            Model::from_bundle(bundle)
+        } else {
+            Model::from_bundle_structure(bundle)
+        }
     }
 
-    /// Validates an opened bundle as a model: metadata, then every tree's topology and weights.
+    /// Validates an opened bundle as a model: metadata, every tree's topology and weights, and
+    /// the name sections. Every stored index is then known to be in range.
     pub fn from_bundle(bundle: Bundle) -> Result<Model, ModelError> {
+        let model = Model::build(bundle, true)?;
+        model.label_names.load(&model.bundle)?;
+        model.feature_names.load(&model.bundle)?;
+        Ok(model)
+    }
+
+    /// Validates an opened bundle as a model in O(nodes + labels): metadata, every tree's
+    /// topology and the offsets and sizes of its node chunks, but not each weight entry, and the
+    /// name sections are parsed on first use. Predicting from such a model cannot panic or loop;
+    /// a corrupt weight entry can only give wrong scores (checksums catch those:
+    /// [`Model::from_bundle`] is what a server uses before it publishes a model).
+    pub fn from_bundle_structure(bundle: Bundle) -> Result<Model, ModelError> {
+        Model::build(bundle, false)
+    }
+
+    /// Everything [`Model::open`] with `verify_checksums` checks, on a model already open: every
+    /// section's CRC, every weight entry, hash slot and name section.
+    pub fn verify(&self) -> Result<(), ModelError> {
+        self.bundle.verify_checksums()?;
+        for (t, tree) in self.trees.iter().enumerate() {
+            tree.validate(self.meta.n_labels, self.meta.n_features)
+                .map_err(|source| ModelError::Tree { tree: t, source })?;
+        }
+        self.label_names.read(&self.bundle)?;
+        self.feature_names.read(&self.bundle)?;
+        Ok(())
+    }
+
+    fn build(bundle: Bundle, deep: bool) -> Result<Model, ModelError> {
         let meta: ModelMeta = bundle.json("meta")?;
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
@@ -159,17 +198,17 @@ impl Model {
                     hash: u("chunk.hash")?,
                 },
             };
-            tree.validate(meta.n_labels, meta.n_features)
-                .map_err(|source| ModelError::Tree { tree: t, source })?;
+            if deep {
+                tree.validate(meta.n_labels, meta.n_features)
+            } else {
+                tree.validate_structure(meta.n_labels)
+            }
+            .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
-        let label_names = names(&bundle, meta.has_label_names, "label_names", meta.n_labels)?;
-        let feature_names = names(
-            &bundle,
-            meta.has_feature_names,
-            "feature_names",
-            meta.n_features,
-        )?;
+        let label_names = LazyNames::new(meta.has_label_names, "label_names", meta.n_labels);
+        let feature_names =
+            LazyNames::new(meta.has_feature_names, "feature_names", meta.n_features);
         let train_counts = bundle.u32s("labels.train_count")?;
         if train_counts.len() != meta.n_labels {
             return Err(ModelError::Meta(format!(
@@ -211,7 +250,7 @@ impl Model {
 
     /// The label names, when the model has them.
     pub fn label_names(&self) -> Option<&[String]> {
-        self.label_names.as_deref()
+        self.label_names.get(&self.bundle)
     }
 
     /// Predicts the top labels for one query given as feature ids and values (any order;
@@ -317,7 +356,7 @@ impl Model {
 
     /// The feature names, when the model has them.
     pub fn feature_names(&self) -> Option<&[String]> {
-        self.feature_names.as_deref()
+        self.feature_names.get(&self.bundle)
     }
 
     /// Training points per label (for propensities and rare-label handling).
@@ -336,25 +375,61 @@ impl Model {
     }
 }
 
-/// Reads the name section `section` when the metadata says it is present, and checks that it names
-/// exactly `expected` items.
-fn names(
-    bundle: &Bundle,
+/// A name section, parsed on first use: a JSON array of strings that must name exactly
+/// `expected` items. Parsing costs O(names), so it is not part of a structural open.
+struct LazyNames {
     present: bool,
-    section: &str,
+    section: &'static str,
     expected: usize,
-) -> Result<Option<Vec<String>>, ModelError> {
-    if !present {
-        return Ok(None);
+    parsed: OnceLock<Option<Vec<String>>>,
+}
+
+impl LazyNames {
+    fn new(present: bool, section: &'static str, expected: usize) -> Self {
+        LazyNames {
+            present,
+            section,
+            expected,
+            parsed: OnceLock::new(),
+        }
     }
-    let names: Vec<String> = bundle.json(section)?;
-    if names.len() != expected {
-        return Err(ModelError::Meta(format!(
-            "{section} holds {} names for {expected} items",
-            names.len()
-        )));
+
+    /// Reads and checks the section (`None` when the metadata says it is absent).
+    fn read(&self, bundle: &Bundle) -> Result<Option<Vec<String>>, ModelError> {
+        if !self.present {
+            return Ok(None);
+        }
+        let names: Vec<String> = bundle.json(self.section)?;
+        if names.len() != self.expected {
+            return Err(ModelError::Meta(format!(
+                "{} holds {} names for {} items",
+                self.section,
+                names.len(),
+                self.expected
+            )));
+        }
+        Ok(Some(names))
     }
-    Ok(Some(names))
+
+    /// Parses now, failing on a bad section (a verified open).
+    fn load(&self, bundle: &Bundle) -> Result<(), ModelError> {
+        let names = self.read(bundle)?;
+        let _ = self.parsed.set(names);
+        Ok(())
+    }
+
+    /// The names, parsed on the first call. A section that does not parse (only a model opened
+    /// without verification can have one) counts as absent, and is logged once.
+    fn get(&self, bundle: &Bundle) -> Option<&[String]> {
+        self.parsed
+            .get_or_init(|| {
+                self.read(bundle).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "ignoring an unreadable name section");
+                    None
+                })
+            })
+            .as_deref()
+    }
 }
 
 /// Merges `(label, probability, depth)` candidates of several trees into one entry per label with

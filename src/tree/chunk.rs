@@ -223,10 +223,20 @@ where
         self.entry_weight.len()
     }
 
-    /// Checks every offset, feature id, output index and weight, given each node's output count.
-    /// After this succeeds, [`Chunks::score`] cannot index out of bounds for queries whose feature
-    /// ids are below `n_features`.
+    /// Checks every offset, feature id, output index, weight and hash slot, given each node's
+    /// output count: [`Chunks::validate_structure`] and then the O(weights) checks. After this
+    /// succeeds, every stored index is in range and every weight finite.
     pub fn validate(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
+        self.validate_structure(n_outputs)?;
+        self.validate_entries(n_outputs, n_features)
+    }
+
+    /// The checks that cost O(nodes), not O(weights): array lengths, the per-node offsets of
+    /// features and hash tables, and each table's size (a power of two above the node's
+    /// feature count). After this succeeds, scoring cannot panic or loop whatever the entries
+    /// hold: the scoring functions bound every entry-level index and probe they follow, so a
+    /// corrupt entry costs a wrong score, never a crash (and checksums, when verified, catch it).
+    pub fn validate_structure(&self, n_outputs: &[usize]) -> Result<(), ChunkError> {
         let expect_len = |array, found, expected| {
             if found == expected {
                 Ok(())
@@ -241,7 +251,18 @@ where
         expect_len("feat_start", self.feat_start.len(), n_outputs.len() + 1)?;
         check_offsets("feat_start", &self.feat_start, self.feat.len())?;
         expect_len("entry_start", self.entry_start.len(), self.feat.len() + 1)?;
-        check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
+        if self.entry_start.first() != Some(&0) {
+            return Err(ChunkError::Offsets {
+                array: "entry_start",
+                at: 0,
+            });
+        }
+        if self.entry_start.last().map(|&x| x as usize) != Some(self.entry_out.len()) {
+            return Err(ChunkError::Offsets {
+                array: "entry_start",
+                at: self.entry_start.len() - 1,
+            });
+        }
         expect_len(
             "entry_weight",
             self.entry_weight.len(),
@@ -250,22 +271,36 @@ where
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
         for node in 0..n_outputs.len() {
+            let n = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+            let len = (self.hash_start[node + 1] - self.hash_start[node]) as usize;
+            let slots = len / 2;
+            let ok_size = if n == 0 {
+                len == 0
+            } else {
+                len % 2 == 0 && slots.is_power_of_two() && slots > n
+            };
+            if !ok_size {
+                return Err(ChunkError::Hash { node });
+            }
+        }
+        Ok(())
+    }
+
+    /// The O(weights) checks: entry offsets, sorted in-range feature ids, output indexes,
+    /// finite weights, and every hash slot naming one of its node's features at its position.
+    fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
+        check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
+        for node in 0..n_outputs.len() {
             let start = self.feat_start[node] as usize;
             let n = self.feat_start[node + 1] as usize - start;
             let table =
                 &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
-            let slots = table.len() / 2;
-            let ok_size = if n == 0 {
-                table.is_empty()
-            } else {
-                table.len() % 2 == 0 && slots.is_power_of_two() && slots > n
-            };
             // Every used slot names one of the node's features at its true position, and a free
             // slot exists, so a probe always ends and finds exactly the stored features.
             let bad_slot = table.chunks_exact(2).any(|s| {
                 s[0] != EMPTY && (s[1] as usize >= n || self.feat[start + s[1] as usize] != s[0])
             });
-            if !ok_size || bad_slot || (n > 0 && !table.chunks_exact(2).any(|s| s[0] == EMPTY)) {
+            if bad_slot || (n > 0 && !table.chunks_exact(2).any(|s| s[0] == EMPTY)) {
                 return Err(ChunkError::Hash { node });
             }
         }
@@ -329,7 +364,9 @@ where
         if table.is_empty() {
             return;
         }
-        let mask = table.len() / 2 - 1;
+        let slots = table.len() / 2;
+        let mask = slots - 1;
+        let n_feats = (self.feat_start[node + 1] as usize).saturating_sub(start);
         let mut pos = [0u32; BLOCK];
         let mut val = [0f32; BLOCK];
         let mut range = [(0u32, 0u32); BLOCK];
@@ -344,11 +381,15 @@ where
             let mut found = 0;
             for (k, (&f, &x)) in qi.iter().zip(qv).enumerate() {
                 let (mut key, mut at, mut h) = home_slot[k];
-                loop {
+                // A valid table always has a free slot; the bound keeps a corrupt one (opened
+                // without the O(weights) checks) from looping.
+                for _ in 0..slots {
                     if key == f {
-                        pos[found] = at;
-                        val[found] = x;
-                        found += 1;
+                        if (at as usize) < n_feats {
+                            pos[found] = at;
+                            val[found] = x;
+                            found += 1;
+                        }
                         break;
                     }
                     if key == EMPTY {
@@ -365,12 +406,7 @@ where
             }
             for k in 0..found {
                 let (a, b) = (range[k].0 as usize, range[k].1 as usize);
-                let x = val[k];
-                for (&o, &w) in self.entry_out[a..b].iter().zip(&self.entry_weight[a..b]) {
-                    if let Some(slot) = acc.get_mut(o as usize) {
-                        *slot += w * x;
-                    }
-                }
+                self.add_range(a, b, val[k], acc);
             }
         }
     }
@@ -411,11 +447,23 @@ where
 
     #[inline]
     fn add_entries(&self, pos: usize, x: f32, acc: &mut [f32]) {
-        let entries = self.entry_start[pos] as usize..self.entry_start[pos + 1] as usize;
-        for (&o, &w) in self.entry_out[entries.clone()]
-            .iter()
-            .zip(&self.entry_weight[entries])
-        {
+        self.add_range(
+            self.entry_start[pos] as usize,
+            self.entry_start[pos + 1] as usize,
+            x,
+            acc,
+        );
+    }
+
+    /// Adds entries `a..b` times `x` to `acc`. An empty or out-of-bounds range (only a bundle
+    /// opened without the O(weights) checks can hold one) adds nothing.
+    #[inline]
+    fn add_range(&self, a: usize, b: usize, x: f32, acc: &mut [f32]) {
+        let (Some(outs), Some(weights)) = (self.entry_out.get(a..b), self.entry_weight.get(a..b))
+        else {
+            return;
+        };
+        for (&o, &w) in outs.iter().zip(weights) {
             if let Some(slot) = acc.get_mut(o as usize) {
                 *slot += w * x;
             }

@@ -239,6 +239,18 @@ where
     /// exactly one parent, depths grow by one per level, leaves name labels below `n_labels` and
     /// every label at most once, and the chunks are valid for `n_features`.
     pub fn validate(&self, n_labels: usize, n_features: usize) -> Result<(), TreeViewError> {
+        self.check(n_labels, Some(n_features))
+    }
+
+    /// [`TreeArrays::validate`] without the O(weights) checks of the chunks' entries
+    /// ([`Chunks::validate_structure`]): O(nodes + outputs), so opening a model does not grow
+    /// with its weights. Searching such a tree cannot panic or loop; a corrupt weight entry can
+    /// only give wrong scores.
+    pub fn validate_structure(&self, n_labels: usize) -> Result<(), TreeViewError> {
+        self.check(n_labels, None)
+    }
+
+    fn check(&self, n_labels: usize, n_features: Option<usize>) -> Result<(), TreeViewError> {
         let n = self.n_nodes();
         if n == 0 {
             return Err(TreeViewError::Empty);
@@ -312,7 +324,10 @@ where
         if let Some(orphan) = (1..n).find(|&i| !has_parent[i]) {
             return bad(orphan, "the node has no parent".into());
         }
-        self.chunks.validate(&n_outputs, n_features)?;
+        match n_features {
+            Some(d) => self.chunks.validate(&n_outputs, d)?,
+            None => self.chunks.validate_structure(&n_outputs)?,
+        }
         Ok(())
     }
 
