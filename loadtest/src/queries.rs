@@ -60,6 +60,8 @@ struct Stats {
     early_stopped: bool,
     #[serde(default)]
     beam_capped: bool,
+    #[serde(default)]
+    elapsed_us: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +87,9 @@ pub struct Quality {
     pub metrics: Value,
     /// Model versions seen, with counts.
     pub versions: std::collections::BTreeMap<String, usize>,
+    /// The server's own time per prediction (`stats.elapsed_us`), ms: the model's share of the
+    /// HTTP latency.
+    pub server_elapsed: crate::stats::Percentiles,
 }
 
 impl Quality {
@@ -98,6 +103,7 @@ impl Quality {
 pub fn score(queries: &Queries, responses: &[Kept]) -> Quality {
     let mut ev = Evaluator::new(&[1, queries.k], &[]);
     let mut q = Quality::default();
+    let mut elapsed = crate::stats::histogram();
     for kept in responses {
         let (Ok(r), Some(truth)) = (
             serde_json::from_slice::<Response>(&kept.bytes),
@@ -114,8 +120,12 @@ pub fn score(queries: &Queries, responses: &[Kept]) -> Quality {
             beam_capped: r.stats.beam_capped,
         };
         ev.add(&r.labels, truth, r.stats.depths.as_deref(), Some(stats));
+        if let Some(us) = r.stats.elapsed_us.filter(|u| u.is_finite() && *u >= 0.0) {
+            elapsed.saturating_record((us.round() as u64).max(1));
+        }
     }
     q.metrics = ev.finish().quality_json();
+    q.server_elapsed = crate::stats::Percentiles::of(&elapsed);
     q
 }
 

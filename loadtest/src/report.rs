@@ -207,16 +207,17 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             m,
             "## Depth versus latency\n\n| model | rate | achieved | P@1 | P@{k} | E[depth]@1 | \
-             E[depth]@{k} | nodes | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | load |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+             E[depth]@{k} | nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | \
+             errors | load |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for x in &r.dvl {
             let q = &x.quality;
             let s = &x.summary;
             let _ = writeln!(
                 m,
-                "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | \
-                 {} | {} |",
+                "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | \
+                 {:.3} | {} | {} |",
                 x.label,
                 x.rate,
                 s.achieved_rps,
@@ -225,6 +226,7 @@ pub fn markdown(r: &Report) -> String {
                 f(q.get("expected_depth@1"), 3),
                 f(q.get(&format!("expected_depth@{k}")), 3),
                 f(q.get("nodes_evaluated_mean"), 1),
+                q.server_elapsed.mean_ms * 1000.0,
                 s.latency.p50_ms,
                 s.latency.p90_ms,
                 s.latency.p99_ms,
