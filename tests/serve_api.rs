@@ -110,6 +110,19 @@ async fn predict_returns_k_labels_with_stats_and_version() {
     ] {
         assert!(v["stats"].get(key).is_some(), "{v}");
     }
+    // One depth per returned label; `depth` is the deepest of them.
+    let depths: Vec<u64> = v["stats"]["depths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    assert_eq!(depths.len(), 5, "{v}");
+    assert_eq!(
+        depths.iter().max().copied(),
+        v["stats"]["depth"].as_u64(),
+        "{v}"
+    );
     // Early stopping (the default) gives the same labels as the level-wise search when neither
     // beam binds, and reports what it did.
     let body = |extra: &str| {

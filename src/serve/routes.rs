@@ -194,6 +194,7 @@ fn predict_one(
             "model": {"name": model.meta().name, "version": model.meta().version},
             "stats": {
                 "depth": out.depth,
+                "depths": out.depths,
                 "nodes_evaluated": out.nodes_evaluated,
                 "block": Value::Null,
                 "early_stopped": out.early_stopped,

@@ -1,0 +1,358 @@
+//! The open-loop sender.
+//!
+//! A pacer thread walks a fixed schedule of send times (constant spacing, or exponential gaps for
+//! Poisson arrivals) and hands each due request to a single-threaded tokio runtime, which sends it
+//! on a pool of keep-alive HTTP/1.1 connections. Nothing waits for a response before the next send:
+//! when responses are slow, more requests are in flight and the pool opens more connections, so the
+//! offered rate holds. Each request's latency is measured from its *scheduled* send time, not from
+//! when it left (the coordinated-omission correction; see `loadtest/README.md`). The pacer sleeps
+//! on the OS clock rather than tokio's millisecond timer, so the tool's own lag stays near the
+//! kernel's timer slack; it is measured and reported as `lag`.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How send times are spaced.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arrivals {
+    /// Exactly 1/rate apart.
+    Constant,
+    /// Exponential gaps of mean 1/rate (a Poisson process).
+    #[default]
+    Poisson,
+}
+
+/// What to send: one URI, and the bodies to cycle through (`GET` when `bodies` is empty).
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The full URI, e.g. `http://127.0.0.1:8080/v1/predict`.
+    pub uri: Uri,
+    /// Request bodies, sent in turn (request i gets body i mod len); empty for `GET`.
+    pub bodies: Arc<Vec<Bytes>>,
+}
+
+/// One run's shape.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Offered requests per second (> 0).
+    pub rate: f64,
+    /// Arrival process.
+    pub arrivals: Arrivals,
+    /// Stop scheduling after this long.
+    pub duration: Duration,
+    /// Stop scheduling after this many requests (whichever comes first).
+    pub max_requests: Option<u64>,
+    /// A request not answered in this long is an error (`timeout`).
+    pub timeout: Duration,
+    /// At most this many requests in flight; a send that would exceed it is an error
+    /// (`in_flight_cap`) rather than a silent drop in offered load.
+    pub max_in_flight: usize,
+    /// Keep 200 response bodies (for quality metrics).
+    pub keep_bodies: bool,
+    /// The seed of the Poisson gaps.
+    pub seed: u64,
+    /// The first body index (so consecutive runs do not all replay the same queries first).
+    pub first_body: usize,
+}
+
+/// The outcome of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// An HTTP status from the server.
+    Http(u16),
+    /// No response in time.
+    Timeout,
+    /// Connection refused, reset, or a malformed response.
+    Transport,
+    /// Not sent: the in-flight cap was reached.
+    InFlightCap,
+}
+
+/// One request's record.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// Scheduled send time, µs after the run's start.
+    pub scheduled_us: u64,
+    /// From the scheduled send time to the end of the response body, µs.
+    pub latency_us: u64,
+    /// From the actual send to the end of the response body, µs (what a closed-loop tool sees).
+    pub service_us: u64,
+    /// From the scheduled to the actual send, µs: the generator's own lag.
+    pub lag_us: u64,
+    /// The outcome.
+    pub status: Status,
+    /// Which body was sent.
+    pub body: usize,
+}
+
+impl Sample {
+    /// Whether this request succeeded (HTTP 2xx).
+    pub fn ok(&self) -> bool {
+        matches!(self.status, Status::Http(s) if (200..300).contains(&s))
+    }
+}
+
+/// A kept response.
+#[derive(Clone, Debug)]
+pub struct Kept {
+    /// Which request body was sent.
+    pub body: usize,
+    /// Its scheduled send time, µs after the run's start.
+    pub scheduled_us: u64,
+    /// The response body.
+    pub bytes: Bytes,
+}
+
+/// Everything one run recorded.
+#[derive(Debug, Default)]
+pub struct RunResult {
+    /// Every scheduled request, in completion order.
+    pub samples: Vec<Sample>,
+    /// The successful responses, when asked for.
+    pub bodies: Vec<Kept>,
+    /// From the first scheduled send to the last completion, seconds.
+    pub elapsed_s: f64,
+    /// From the first to the last scheduled send, seconds.
+    pub schedule_s: f64,
+    /// The most requests in flight at once.
+    pub peak_in_flight: usize,
+    /// Whether the run was cut short by the cancel flag.
+    pub cancelled: bool,
+    /// Requests still in flight when a cancelled run gave up waiting (not in `samples`).
+    pub abandoned: usize,
+}
+
+/// A shared flag that stops runs early (set by Ctrl-C).
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// A flag, not set.
+    pub fn new() -> Self {
+        Cancel::default()
+    }
+    /// Sets the flag.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether the flag is set.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The HTTP client: HTTP/1.1 keep-alive, one pool, no limit on idle connections.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A client for `run`.
+pub fn client() -> HttpClient {
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(conn)
+}
+
+/// Sends one request, giving its status and body.
+pub async fn send(
+    client: &HttpClient,
+    uri: &Uri,
+    body: Option<Bytes>,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> (Status, Bytes) {
+    let mut builder = Request::builder().uri(uri.clone());
+    builder = match &body {
+        Some(_) => builder
+            .method(Method::POST)
+            .header("content-type", "application/json"),
+        None => builder.method(Method::GET),
+    };
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    let req = match builder.body(Full::new(body.unwrap_or_default())) {
+        Ok(r) => r,
+        Err(_) => return (Status::Transport, Bytes::new()),
+    };
+    let fut = async {
+        let resp = client.request(req).await.map_err(|_| Status::Transport)?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|_| Status::Transport)?
+            .to_bytes();
+        Ok::<_, Status>((Status::Http(status), bytes))
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(s)) => (s, Bytes::new()),
+        Err(_) => (Status::Timeout, Bytes::new()),
+    }
+}
+
+/// The schedule: send offsets from the start, in order.
+fn schedule(spec: &RunSpec) -> impl Iterator<Item = Duration> + Send + 'static {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let gap = 1.0 / spec.rate;
+    let arrivals = spec.arrivals;
+    let limit = spec.duration.as_secs_f64();
+    let max = spec.max_requests.unwrap_or(u64::MAX);
+    let mut t = 0.0f64;
+    let mut n = 0u64;
+    std::iter::from_fn(move || {
+        if n >= max || t >= limit {
+            return None;
+        }
+        let at = Duration::from_secs_f64(t);
+        n += 1;
+        t += match arrivals {
+            Arrivals::Constant => gap,
+            // Inverse CDF of the exponential; 1 - u is in (0, 1].
+            Arrivals::Poisson => -(1.0 - rng.random::<f64>()).ln() * gap,
+        };
+        Some(at)
+    })
+}
+
+/// Runs `spec` against `target` on the current (single-threaded) runtime.
+pub async fn run(
+    client: &HttpClient,
+    target: &Target,
+    spec: &RunSpec,
+    cancel: &Cancel,
+) -> RunResult {
+    let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Sample, Option<Bytes>)>();
+    // A short lead so the first sends are not late because of thread start-up.
+    let start = Instant::now() + Duration::from_millis(5);
+    let pacer = {
+        let sched = schedule(spec);
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            for (i, offset) in sched.enumerate() {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let at = start + offset;
+                let now = Instant::now();
+                if at > now {
+                    std::thread::sleep(at - now);
+                }
+                if due_tx.send((i as u64, at)).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let mut result = RunResult::default();
+    let mut in_flight = 0usize;
+    let mut pacing = true;
+    let mut last_sched = start;
+    let n_bodies = target.bodies.len();
+    let mut cancel_tick = tokio::time::interval(Duration::from_millis(50));
+    let mut grace: Option<Instant> = None;
+    loop {
+        if !pacing && in_flight == 0 {
+            break;
+        }
+        if let Some(g) = grace
+            && Instant::now() >= g
+        {
+            break;
+        }
+        tokio::select! {
+            due = due_rx.recv(), if pacing => match due {
+                Some((i, at)) => {
+                    last_sched = at;
+                    let body_idx = if n_bodies == 0 {
+                        0
+                    } else {
+                        (spec.first_body + i as usize) % n_bodies
+                    };
+                    let scheduled_us = (at - start).as_micros() as u64;
+                    if in_flight >= spec.max_in_flight {
+                        result.samples.push(Sample {
+                            scheduled_us,
+                            latency_us: 0,
+                            service_us: 0,
+                            lag_us: 0,
+                            status: Status::InFlightCap,
+                            body: body_idx,
+                        });
+                        continue;
+                    }
+                    in_flight += 1;
+                    result.peak_in_flight = result.peak_in_flight.max(in_flight);
+                    let body = target.bodies.get(body_idx).cloned();
+                    let client = client.clone();
+                    let uri = target.uri.clone();
+                    let tx = done_tx.clone();
+                    let timeout = spec.timeout;
+                    let keep = spec.keep_bodies;
+                    tokio::spawn(async move {
+                        let sent = Instant::now();
+                        let (status, bytes) = send(&client, &uri, body, &[], timeout).await;
+                        let end = Instant::now();
+                        let sample = Sample {
+                            scheduled_us,
+                            latency_us: end.saturating_duration_since(at).as_micros() as u64,
+                            service_us: (end - sent).as_micros() as u64,
+                            lag_us: sent.saturating_duration_since(at).as_micros() as u64,
+                            status,
+                            body: body_idx,
+                        };
+                        let keep = keep && sample.ok();
+                        let _ = tx.send((sample, keep.then_some(bytes)));
+                    });
+                }
+                None => pacing = false,
+            },
+            done = done_rx.recv() => {
+                if let Some((sample, bytes)) = done {
+                    in_flight -= 1;
+                    if let Some(bytes) = bytes {
+                        result.bodies.push(Kept {
+                            body: sample.body,
+                            scheduled_us: sample.scheduled_us,
+                            bytes,
+                        });
+                    }
+                    result.samples.push(sample);
+                }
+            }
+            _ = cancel_tick.tick() => {
+                if cancel.is_cancelled() && grace.is_none() {
+                    result.cancelled = true;
+                    pacing = false;
+                    // In-flight requests get a moment to finish; the rest are abandoned.
+                    grace = Some(Instant::now() + spec.timeout.min(Duration::from_secs(2)));
+                }
+            }
+        }
+    }
+    // The pacer has sent everything (or stops at its next step: the channel is gone).
+    drop(due_rx);
+    let _ = pacer.join();
+    let end = Instant::now();
+    // The pacer may have seen the flag first and ended the schedule early.
+    result.cancelled |= cancel.is_cancelled();
+    result.abandoned = in_flight;
+    result.elapsed_s = (end - start).as_secs_f64();
+    result.schedule_s = (last_sched - start).as_secs_f64();
+    result
+}

@@ -1,0 +1,19 @@
+//! `xmc-loadtest`: an open-loop HTTP load generator for `xmc serve`.
+//!
+//! - [`engine`]: the open-loop sender (fixed schedule, keep-alive pool, latency from the
+//!   scheduled send time).
+//! - [`stats`]: HDR-histogram summaries.
+//! - [`scenario`]: the TOML scenario files.
+//! - [`queries`]: request bodies and truth from an XC file; quality through `xmc::eval`.
+//! - [`server`]: starting `xmc serve`, probing a server, reading its memory.
+//! - [`runner`]: depth-vs-latency, hot-swap and max-rate.
+//! - [`report`] and [`plot`]: JSON, Markdown, SVG and PNG.
+
+pub mod engine;
+pub mod plot;
+pub mod queries;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod server;
+pub mod stats;

@@ -1,0 +1,73 @@
+//! `xmc-loadtest SCENARIO.toml [--out DIR]`: runs a scenario and writes its report.
+
+use anyhow::Context;
+use clap::Parser;
+use std::path::PathBuf;
+use xmc_loadtest::engine::{self, Cancel};
+use xmc_loadtest::runner::{self, Ctx};
+use xmc_loadtest::scenario::Scenario;
+
+/// Open-loop load tests of `xmc serve`: depth-vs-latency, hot-swap, max-rate.
+#[derive(Debug, Parser)]
+#[command(name = "xmc-loadtest", version)]
+struct Args {
+    /// The scenario file (see loadtest/scenarios/).
+    scenario: PathBuf,
+    /// The report directory (default: the scenario's `out`, else `loadtest/out/<file stem>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("xmc-loadtest: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let scenario = Scenario::load(&args.scenario)?;
+    let out = args
+        .out
+        .clone()
+        .or_else(|| scenario.out.clone())
+        .unwrap_or_else(|| {
+            let stem = args
+                .scenario
+                .file_stem()
+                .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+            PathBuf::from("loadtest/out").join(stem)
+        });
+    // One thread: the generator shares the machine with the server under test.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(async {
+        let cancel = Cancel::new();
+        {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("xmc-loadtest: interrupted; finishing in-flight requests and writing a partial report");
+                    cancel.cancel();
+                }
+            });
+        }
+        let ctx = Ctx {
+            scenario,
+            out: out.clone(),
+            cancel: cancel.clone(),
+            client: engine::client(),
+        };
+        let result = runner::run(&ctx).await;
+        eprintln!("report: {}/report.{{json,md}}", out.display());
+        let rep = result?;
+        if cancel.is_cancelled() {
+            anyhow::bail!("interrupted: the report in {} is partial", out.display());
+        }
+        print!("{}", xmc_loadtest::report::markdown(&rep));
+        Ok(())
+    })
+}

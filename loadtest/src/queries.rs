@@ -1,0 +1,137 @@
+//! The replayed queries (precomputed request bodies) and their truth, and the quality metrics of
+//! the responses, through `xmc::eval` so they mean exactly what `xmc eval` reports.
+
+use crate::engine::Kept;
+use anyhow::Context;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::Path;
+use xmc::eval::{Evaluator, QueryStats};
+
+/// Request bodies for `/v1/predict` and the true labels of each.
+#[derive(Debug)]
+pub struct Queries {
+    /// One JSON body per row.
+    pub bodies: Vec<Bytes>,
+    /// The true labels per row.
+    pub truth: Vec<Vec<u32>>,
+    /// Labels per request.
+    pub k: usize,
+}
+
+impl Queries {
+    /// Reads an XC file (rows with no features are skipped: the server would refuse nothing,
+    /// but they carry no query), at most `limit` rows (0: all).
+    pub fn load(path: &Path, k: usize, limit: usize) -> anyhow::Result<Queries> {
+        let ds = xmc::data::read_xc_file(path)
+            .with_context(|| format!("reading the test data {}", path.display()))?;
+        let n = if limit == 0 {
+            ds.n_points()
+        } else {
+            limit.min(ds.n_points())
+        };
+        let mut bodies = Vec::with_capacity(n);
+        let mut truth = Vec::with_capacity(n);
+        for i in 0..n {
+            let (idx, val) = ds.feature_row(i);
+            if idx.is_empty() {
+                continue;
+            }
+            let features: Vec<(u32, f32)> = idx.iter().copied().zip(val.iter().copied()).collect();
+            let body = serde_json::to_vec(&serde_json::json!({"features": features, "k": k}))?;
+            bodies.push(Bytes::from(body));
+            truth.push(ds.label_row(i).to_vec());
+        }
+        anyhow::ensure!(
+            !bodies.is_empty(),
+            "the test data {} has no rows with features",
+            path.display()
+        );
+        Ok(Queries { bodies, truth, k })
+    }
+}
+
+#[derive(Deserialize)]
+struct Stats {
+    depths: Option<Vec<u32>>,
+    nodes_evaluated: u32,
+    #[serde(default)]
+    early_stopped: bool,
+    #[serde(default)]
+    beam_capped: bool,
+    #[serde(default)]
+    elapsed_us: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct ModelRef {
+    version: String,
+}
+
+#[derive(Deserialize)]
+struct Response {
+    labels: Vec<u32>,
+    stats: Stats,
+    model: ModelRef,
+}
+
+/// The quality of a run's responses.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Quality {
+    /// Responses scored.
+    pub n: usize,
+    /// Responses that did not parse as a prediction.
+    pub unparsable: usize,
+    /// P@1, P@k, expected depth@1, @k, mean nodes evaluated, … from `xmc::eval`.
+    pub metrics: Value,
+    /// Model versions seen, with counts.
+    pub versions: std::collections::BTreeMap<String, usize>,
+    /// The server's own time per prediction (`stats.elapsed_us`), ms: the model's share of the
+    /// HTTP latency.
+    pub server_elapsed: crate::stats::Percentiles,
+}
+
+impl Quality {
+    /// A metric by name (`p@1`, `expected_depth@5`, `nodes_evaluated_mean`).
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.metrics.get(key).and_then(Value::as_f64)
+    }
+}
+
+/// Scores responses against the truth of the queries they answer.
+pub fn score(queries: &Queries, responses: &[Kept]) -> Quality {
+    let mut ev = Evaluator::new(&[1, queries.k], &[]);
+    let mut q = Quality::default();
+    let mut elapsed = crate::stats::histogram();
+    for kept in responses {
+        let (Ok(r), Some(truth)) = (
+            serde_json::from_slice::<Response>(&kept.bytes),
+            queries.truth.get(kept.body),
+        ) else {
+            q.unparsable += 1;
+            continue;
+        };
+        q.n += 1;
+        *q.versions.entry(r.model.version).or_default() += 1;
+        let stats = QueryStats {
+            nodes_evaluated: r.stats.nodes_evaluated,
+            early_stopped: r.stats.early_stopped,
+            beam_capped: r.stats.beam_capped,
+        };
+        ev.add(&r.labels, truth, r.stats.depths.as_deref(), Some(stats));
+        if let Some(us) = r.stats.elapsed_us.filter(|u| u.is_finite() && *u >= 0.0) {
+            elapsed.saturating_record((us.round() as u64).max(1));
+        }
+    }
+    q.metrics = ev.finish().quality_json();
+    q.server_elapsed = crate::stats::Percentiles::of(&elapsed);
+    q
+}
+
+/// The model version of a response, if it is a prediction.
+pub fn version_of(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Response>(body)
+        .ok()
+        .map(|r| r.model.version)
+}

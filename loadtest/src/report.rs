@@ -1,0 +1,502 @@
+//! The report: `report.json`, `report.md` and the figures (`*.svg`, `*.png`).
+
+use crate::plot::{self, Axes, Series};
+use crate::queries::{Quality, Queries};
+use crate::scenario::{Kind, LoadSpec, Scenario, SwapMethod};
+use crate::stats::Summary;
+use anyhow::Context;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One (model, rate) of depth-vs-latency.
+#[derive(Clone, Debug, Serialize)]
+pub struct DvlRow {
+    /// The model's label.
+    pub label: String,
+    /// Its bundle, when the tool served it.
+    pub bundle: Option<String>,
+    /// Offered rate.
+    pub rate: f64,
+    /// Latency and throughput.
+    pub summary: Summary,
+    /// P@k, expected depth@k, nodes evaluated.
+    pub quality: Quality,
+    /// Most requests in flight.
+    pub peak_in_flight: usize,
+    /// 1-minute load average when the step began.
+    pub loadavg: Option<f64>,
+    /// Cut short by Ctrl-C.
+    pub cancelled: bool,
+}
+
+/// One max-rate trial.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    /// Offered rate.
+    pub rate: f64,
+    /// Whether it met the criteria.
+    pub pass: bool,
+    /// Its figures.
+    pub summary: Summary,
+    /// 1-minute load average after it.
+    pub loadavg: Option<f64>,
+}
+
+/// The max-rate search for one (model, endpoint).
+#[derive(Clone, Debug, Serialize)]
+pub struct MaxRateReport {
+    /// Model label.
+    pub label: String,
+    /// `predict` or `healthz`.
+    pub endpoint: String,
+    /// The p99 target.
+    pub target_p99_ms: f64,
+    /// Every trial, in order.
+    pub steps: Vec<Step>,
+    /// The highest passing rate (0: none).
+    pub max_rate: f64,
+    /// The run at half the max rate.
+    pub half: Option<Step>,
+}
+
+/// The hot-swap figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct HotSwapReport {
+    /// Offered rate.
+    pub rate: f64,
+    /// Swaps asked for.
+    pub swaps_requested: usize,
+    /// Swaps made.
+    pub swaps_done: usize,
+    /// Of those, followed by `POST /v1/admin/reload`.
+    pub admin_swaps: usize,
+    /// Swap or admin-call failures.
+    pub swap_errors: Vec<String>,
+    /// How swaps were triggered.
+    pub method: SwapMethod,
+    /// Between swaps.
+    pub interval_ms: u64,
+    /// Load before the first swap.
+    pub before: Summary,
+    /// Load from the first swap to one interval after the last.
+    pub during: Summary,
+    /// The whole run.
+    pub all: Summary,
+    /// Failed requests over the whole run (errors plus abandoned).
+    pub failed: u64,
+    /// Model versions in the responses, with counts.
+    pub versions: BTreeMap<String, usize>,
+    /// How often the version changed between consecutive (by schedule) responses.
+    pub version_changes: usize,
+    /// `xmc_model_reloads_total` before the run.
+    pub reloads_before: Vec<String>,
+    /// … and after.
+    pub reloads_after: Vec<String>,
+    /// The server's VmHWM at the end, kB.
+    pub peak_rss_kb_hwm: Option<u64>,
+    /// The largest VmRSS sampled every 50 ms, kB.
+    pub peak_rss_kb_sampled: u64,
+    /// The two bundles' sizes, bytes.
+    pub bundle_bytes: [u64; 2],
+    /// Both bundles + 64 MiB, kB.
+    pub rss_budget_kb: u64,
+    /// 1-minute load average at the start.
+    pub loadavg: Option<f64>,
+}
+
+/// A scenario's report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Title.
+    pub title: String,
+    /// Scenario kind.
+    pub kind: Kind,
+    /// The load settings.
+    pub load: LoadSpec,
+    /// The data replayed.
+    pub data: String,
+    /// Queries available.
+    pub queries: usize,
+    /// k per request.
+    pub k: usize,
+    /// Cut short (Ctrl-C or an error).
+    pub partial: bool,
+    /// The error that ended the run, if any.
+    pub error: Option<String>,
+    /// Load average at the start and end.
+    pub loadavg_start: Option<f64>,
+    /// …
+    pub loadavg_end: Option<f64>,
+    /// CPUs available.
+    pub cpus: usize,
+    /// Depth-vs-latency rows.
+    pub dvl: Vec<DvlRow>,
+    /// Max-rate searches.
+    pub max_rate: Vec<MaxRateReport>,
+    /// Hot-swap figures.
+    pub hot_swap: Option<HotSwapReport>,
+}
+
+impl Report {
+    /// An empty report for `s`.
+    pub fn new(s: &Scenario, q: &Queries) -> Report {
+        Report {
+            title: s.title.clone().unwrap_or_else(|| {
+                format!("{:?}", s.kind)
+                    .chars()
+                    .flat_map(|c| c.to_lowercase())
+                    .collect()
+            }),
+            kind: s.kind,
+            load: s.load.clone(),
+            data: s.data.test.display().to_string(),
+            queries: q.bodies.len(),
+            k: q.k,
+            partial: true,
+            error: None,
+            loadavg_start: crate::runner::loadavg(),
+            loadavg_end: None,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            dvl: Vec::new(),
+            max_rate: Vec::new(),
+            hot_swap: None,
+        }
+    }
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or("–".into(), |x| format!("{x:.digits$}"))
+}
+
+fn la(v: Option<f64>) -> String {
+    f(v, 2)
+}
+
+/// The Markdown report.
+pub fn markdown(r: &Report) -> String {
+    let mut m = String::new();
+    let _ = writeln!(m, "# {}\n", r.title);
+    let _ = writeln!(
+        m,
+        "{} queries from `{}`, k = {}; {:?} arrivals, {} s per run after {} s warm-up; latency \
+         from the scheduled send time (coordinated-omission corrected); {} CPUs; load average \
+         {} at the start, {} at the end.{}\n",
+        r.queries,
+        r.data,
+        r.k,
+        r.load.arrivals,
+        r.load.duration_s,
+        r.load.warmup_s,
+        r.cpus,
+        la(r.loadavg_start),
+        la(r.loadavg_end),
+        if r.partial {
+            " **Partial report** (interrupted or failed)."
+        } else {
+            ""
+        }
+    );
+    if let Some(e) = &r.error {
+        let _ = writeln!(m, "Error: {e}\n");
+    }
+    if !r.dvl.is_empty() {
+        let k = r.k;
+        let _ = writeln!(
+            m,
+            "## Depth versus latency\n\n| model | rate | achieved | P@1 | P@{k} | E[depth]@1 | \
+             E[depth]@{k} | nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | \
+             errors | load |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for x in &r.dvl {
+            let q = &x.quality;
+            let s = &x.summary;
+            let _ = writeln!(
+                m,
+                "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | \
+                 {:.3} | {} | {} |",
+                x.label,
+                x.rate,
+                s.achieved_rps,
+                f(q.get("p@1"), 4),
+                f(q.get(&format!("p@{k}")), 4),
+                f(q.get("expected_depth@1"), 3),
+                f(q.get(&format!("expected_depth@{k}")), 3),
+                f(q.get("nodes_evaluated_mean"), 1),
+                q.server_elapsed.mean_ms * 1000.0,
+                s.latency.p50_ms,
+                s.latency.p90_ms,
+                s.latency.p99_ms,
+                s.latency.p999_ms,
+                s.errors,
+                la(x.loadavg)
+            );
+        }
+        m.push('\n');
+    }
+    for x in &r.max_rate {
+        let _ = writeln!(
+            m,
+            "## Max rate: {} `{}` (p99 ≤ {} ms, no errors, ≥ 95% achieved)\n\n\
+             | offered | achieved | p50 ms | p99 ms | p99.9 ms | errors | generator lag p99 ms | \
+             pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+            x.label, x.endpoint, x.target_p99_ms
+        );
+        for st in x.steps.iter().chain(&x.half) {
+            let s = &st.summary;
+            let _ = writeln!(
+                m,
+                "| {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {} | {} |",
+                st.rate,
+                s.achieved_rps,
+                s.latency.p50_ms,
+                s.latency.p99_ms,
+                s.latency.p999_ms,
+                s.errors,
+                s.lag.p99_ms,
+                if st.pass { "yes" } else { "no" },
+                la(st.loadavg)
+            );
+        }
+        let _ = writeln!(m, "\nMax rate: **{:.0} req/s**.", x.max_rate);
+        if let Some(h) = &x.half {
+            let _ = writeln!(
+                m,
+                "At half of it ({:.0} req/s, the last row): p50 {:.3} ms, **p99 {:.3} ms**, \
+                 {} errors.",
+                h.rate, h.summary.latency.p50_ms, h.summary.latency.p99_ms, h.summary.errors
+            );
+        }
+        m.push('\n');
+    }
+    let pred = r.max_rate.iter().find(|x| x.endpoint == "predict");
+    let health = r.max_rate.iter().find(|x| x.endpoint == "healthz");
+    if let (Some(p), Some(h)) = (pred, health)
+        && h.max_rate > 0.0
+    {
+        let _ = writeln!(
+            m,
+            "`/v1/predict` max rate is {:.0}% of `/healthz`'s ({:.0} / {:.0} req/s).\n",
+            100.0 * p.max_rate / h.max_rate,
+            p.max_rate,
+            h.max_rate
+        );
+    }
+    if let Some(h) = &r.hot_swap {
+        let mb = |kb: u64| kb as f64 / 1024.0;
+        let _ = writeln!(
+            m,
+            "## Hot swap\n\n{} swaps of {} asked ({} followed by the admin route, the rest left \
+             to the poller), every {} ms, at {:.0} req/s; load average {}.\n\n\
+             | phase | requests | failed | achieved | p50 ms | p99 ms | p99.9 ms | max ms |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|",
+            h.swaps_done,
+            h.swaps_requested,
+            h.admin_swaps,
+            h.interval_ms,
+            h.rate,
+            la(h.loadavg)
+        );
+        for (name, s) in [
+            ("before", &h.before),
+            ("during", &h.during),
+            ("all", &h.all),
+        ] {
+            let _ = writeln!(
+                m,
+                "| {name} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                s.scheduled,
+                s.errors,
+                s.achieved_rps,
+                s.latency.p50_ms,
+                s.latency.p99_ms,
+                s.latency.p999_ms,
+                s.latency.max_ms
+            );
+        }
+        let ratio = if h.before.latency.p99_ms > 0.0 {
+            h.during.latency.p99_ms / h.before.latency.p99_ms
+        } else {
+            f64::NAN
+        };
+        let peak = h.peak_rss_kb_hwm.unwrap_or(h.peak_rss_kb_sampled);
+        let _ = writeln!(
+            m,
+            "\n- failed requests: **{}**\n- p99 during / before: **{ratio:.2}×**\n- peak server \
+             RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} MiB \
+             + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
+             stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n",
+            h.failed,
+            mb(peak),
+            mb(h.peak_rss_kb_sampled),
+            h.bundle_bytes[0] as f64 / 1048576.0,
+            h.bundle_bytes[1] as f64 / 1048576.0,
+            mb(h.rss_budget_kb),
+            h.versions,
+            h.version_changes,
+            h.reloads_before.join(", "),
+            h.reloads_after.join(", "),
+            if h.swap_errors.is_empty() {
+                "none".to_string()
+            } else {
+                h.swap_errors.join("; ")
+            }
+        );
+    }
+    m
+}
+
+/// The percentiles drawn: p50 and p99 of the corrected latency.
+type Pick = (&'static str, fn(&Summary) -> f64);
+const PICKS: [Pick; 2] = [
+    ("p50", |s: &Summary| s.latency.p50_ms),
+    ("p99", |s: &Summary| s.latency.p99_ms),
+];
+
+fn depth_plots(r: &Report, out: &Path) -> anyhow::Result<()> {
+    let k = r.k;
+    let mut rates: Vec<f64> = r.dvl.iter().map(|x| x.rate).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    let mut models: Vec<&str> = Vec::new();
+    for x in &r.dvl {
+        if !models.contains(&x.label.as_str()) {
+            models.push(&x.label);
+        }
+    }
+    // Expected depth@1 and @k against p50 and p99, one point per model, per rate.
+    for kk in [1, k] {
+        let key = format!("expected_depth@{kk}");
+        let mut series = Vec::new();
+        for &rate in &rates {
+            let rows: Vec<&DvlRow> = {
+                let mut v: Vec<&DvlRow> = r.dvl.iter().filter(|x| x.rate == rate).collect();
+                v.sort_by(|a, b| {
+                    a.quality
+                        .get(&key)
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.quality.get(&key).unwrap_or(0.0))
+                });
+                v
+            };
+            for (name, pick) in PICKS {
+                series.push(Series {
+                    name: format!("{name} @ {rate:.0} req/s"),
+                    points: rows
+                        .iter()
+                        .map(|x| (x.quality.get(&key).unwrap_or(f64::NAN), pick(&x.summary)))
+                        .collect(),
+                    labels: rows.iter().map(|x| x.label.clone()).collect(),
+                    scatter: false,
+                });
+            }
+        }
+        plot::write(
+            &out.join(format!("depth{kk}_latency")),
+            Axes {
+                title: &format!("latency vs expected depth@{kk} (over HTTP)"),
+                x: &format!("expected depth@{kk}"),
+                y: "latency from scheduled send (ms)",
+            },
+            &series,
+        )?;
+    }
+    // P@k against expected depth@k: one point per model (its lowest-rate row).
+    let mut series = Vec::new();
+    for kk in [1, k] {
+        let mut pts = Vec::new();
+        let mut labels = Vec::new();
+        for &mname in &models {
+            if let Some(x) = r.dvl.iter().find(|x| x.label == mname) {
+                pts.push((
+                    x.quality
+                        .get(&format!("expected_depth@{kk}"))
+                        .unwrap_or(f64::NAN),
+                    x.quality.get(&format!("p@{kk}")).unwrap_or(f64::NAN),
+                ));
+                labels.push(mname.to_string());
+            }
+        }
+        series.push(Series {
+            name: format!("P@{kk} vs expected depth@{kk}"),
+            points: pts,
+            labels,
+            scatter: true,
+        });
+    }
+    plot::write(
+        &out.join("precision_depth"),
+        Axes {
+            title: "precision vs expected depth (from the HTTP responses)",
+            x: "expected depth@k",
+            y: "P@k",
+        },
+        &series,
+    )?;
+    // Latency against offered rate, per model.
+    let mut series = Vec::new();
+    for &mname in &models {
+        let rows: Vec<&DvlRow> = r.dvl.iter().filter(|x| x.label == mname).collect();
+        for (name, pick) in PICKS {
+            series.push(Series {
+                name: format!("{mname} {name}"),
+                points: rows.iter().map(|x| (x.rate, pick(&x.summary))).collect(),
+                labels: Vec::new(),
+                scatter: false,
+            });
+        }
+    }
+    plot::write(
+        &out.join("latency_rate"),
+        Axes {
+            title: "latency vs offered rate",
+            x: "offered rate (req/s)",
+            y: "latency (ms)",
+        },
+        &series,
+    )
+}
+
+fn max_rate_plot(r: &Report, out: &Path) -> anyhow::Result<()> {
+    let mut series = Vec::new();
+    for x in &r.max_rate {
+        let mut steps: Vec<&Step> = x.steps.iter().chain(&x.half).collect();
+        steps.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        for (name, pick) in PICKS {
+            series.push(Series {
+                name: format!("{} {} {name}", x.label, x.endpoint),
+                points: steps.iter().map(|s| (s.rate, pick(&s.summary))).collect(),
+                labels: Vec::new(),
+                scatter: false,
+            });
+        }
+    }
+    plot::write(
+        &out.join("max_rate_latency"),
+        Axes {
+            title: "latency vs offered rate (max-rate search)",
+            x: "offered rate (req/s)",
+            y: "latency (ms)",
+        },
+        &series,
+    )
+}
+
+/// Writes `report.json`, `report.md` and the figures into `out`.
+pub fn write(r: &Report, out: &Path) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(r)?;
+    let p = out.join("report.json");
+    std::fs::write(&p, json).with_context(|| format!("writing {}", p.display()))?;
+    let p = out.join("report.md");
+    std::fs::write(&p, markdown(r)).with_context(|| format!("writing {}", p.display()))?;
+    if !r.dvl.is_empty() {
+        depth_plots(r, out)?;
+    }
+    if !r.max_rate.is_empty() {
+        max_rate_plot(r, out)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,536 @@
+//! The three scenarios. Each writes its report after every step, so an interrupted run (Ctrl-C)
+//! leaves a partial report marked `"partial": true`.
+
+use crate::engine::{self, Cancel, HttpClient, RunResult, RunSpec, Target};
+use crate::queries::{self, Quality, Queries};
+use crate::report::{self, DvlRow, HotSwapReport, MaxRateReport, Report, Step};
+use crate::scenario::{Kind, MaxRate, Scenario, SwapMethod};
+use crate::server::{self, Server};
+use crate::stats;
+use anyhow::Context;
+use bytes::Bytes;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Everything a scenario run needs.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The report directory.
+    pub out: PathBuf,
+    /// The stop flag.
+    pub cancel: Cancel,
+    /// The HTTP client.
+    pub client: HttpClient,
+}
+
+/// The 1-minute load average, if readable.
+pub fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Ctx {
+    fn spec(&self, rate: f64, duration_s: f64, keep: bool, first_body: usize) -> RunSpec {
+        let l = &self.scenario.load;
+        RunSpec {
+            rate,
+            arrivals: l.arrivals,
+            duration: Duration::from_secs_f64(duration_s),
+            max_requests: (l.max_requests > 0).then_some(l.max_requests),
+            timeout: Duration::from_millis(l.timeout_ms),
+            max_in_flight: l.max_in_flight,
+            keep_bodies: keep,
+            seed: l.seed,
+            first_body,
+        }
+    }
+
+    /// A warm-up (unmeasured) then a measured run at `rate`.
+    async fn measure(&self, target: &Target, rate: f64, keep: bool) -> RunResult {
+        let l = &self.scenario.load;
+        if l.warmup_s > 0.0 {
+            let n = target.bodies.len().max(1);
+            let warm = ((rate * l.warmup_s) as usize).min(n);
+            let mut w = self.spec(rate, l.warmup_s, false, n - warm);
+            w.max_requests = None;
+            let _ = engine::run(&self.client, target, &w, &self.cancel).await;
+        }
+        // Every measured run replays the queries from the first, so the rates of one model
+        // answer the same queries (the warm-up takes them from the end).
+        engine::run(
+            &self.client,
+            target,
+            &self.spec(rate, l.duration_s, keep, 0),
+            &self.cancel,
+        )
+        .await
+    }
+
+    /// The server of one `[[models]]` entry: started on its bundle, or found at its URL.
+    async fn model_server(&self, m: &crate::scenario::ModelSpec) -> anyhow::Result<Server> {
+        self.server_for(
+            m.bundle.as_deref(),
+            m.url.as_deref(),
+            &safe_tag(&m.label),
+            &[],
+        )
+        .await
+    }
+
+    async fn server_for(
+        &self,
+        bundle: Option<&Path>,
+        url: Option<&str>,
+        tag: &str,
+        env: &[(String, String)],
+    ) -> anyhow::Result<Server> {
+        match (bundle, url) {
+            (_, Some(u)) => Server::existing(&self.client, u).await,
+            (Some(b), None) => {
+                let mut all: Vec<(String, String)> = self
+                    .scenario
+                    .server
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                all.extend(env.iter().cloned());
+                Server::start(
+                    &self.client,
+                    &self.scenario.server.xmc,
+                    b,
+                    &all,
+                    &self.out.join(format!("serve-{tag}.log")),
+                    Duration::from_secs_f64(self.scenario.server.startup_timeout_s),
+                )
+                .await
+            }
+            (None, None) => anyhow::bail!("no bundle or url for {tag}"),
+        }
+    }
+}
+
+fn predict_target(base: &str, q: &Queries) -> anyhow::Result<Target> {
+    Ok(Target {
+        uri: server::uri(base, "/v1/predict")?,
+        bodies: Arc::new(q.bodies.clone()),
+    })
+}
+
+fn health_target(base: &str) -> anyhow::Result<Target> {
+    Ok(Target {
+        uri: server::uri(base, "/healthz")?,
+        bodies: Arc::new(Vec::new()),
+    })
+}
+
+fn safe_tag(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Runs the scenario, writing the report (also when interrupted). Returns the report.
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
+    std::fs::create_dir_all(&ctx.out).with_context(|| format!("creating {}", ctx.out.display()))?;
+    let s = &ctx.scenario;
+    let queries = Queries::load(&s.data.test, s.data.k, s.data.limit)?;
+    let mut rep = Report::new(s, &queries);
+    let result = match s.kind {
+        Kind::DepthVsLatency => depth_vs_latency(ctx, &queries, &mut rep).await,
+        Kind::MaxRate => max_rate_all(ctx, &queries, &mut rep).await,
+        Kind::HotSwap => hot_swap(ctx, &queries, &mut rep).await,
+    };
+    rep.partial = ctx.cancel.is_cancelled() || result.is_err();
+    if let Err(e) = &result {
+        rep.error = Some(format!("{e:#}"));
+    }
+    rep.loadavg_end = loadavg();
+    report::write(&rep, &ctx.out)?;
+    result.map(|()| rep)
+}
+
+async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
+    let rates = ctx
+        .scenario
+        .depth_vs_latency
+        .as_ref()
+        .map(|d| d.rates.clone())
+        .unwrap_or_default();
+    for m in &ctx.scenario.models {
+        if ctx.cancel.is_cancelled() {
+            break;
+        }
+        let mut srv = ctx.model_server(m).await?;
+        let target = predict_target(&srv.url, q)?;
+        for &rate in &rates {
+            if ctx.cancel.is_cancelled() {
+                break;
+            }
+            let load_before = loadavg();
+            let r = ctx.measure(&target, rate, true).await;
+            let summary = stats::summarize_run(&r);
+            let quality = queries::score(q, &r.bodies);
+            eprintln!(
+                "{} @ {rate} req/s: achieved {:.0}, p50 {:.3} ms, p99 {:.3} ms, errors {}, \
+                 P@1 {:.4}, depth@1 {:.3}",
+                m.label,
+                summary.achieved_rps,
+                summary.latency.p50_ms,
+                summary.latency.p99_ms,
+                summary.errors,
+                quality.get("p@1").unwrap_or(f64::NAN),
+                quality.get("expected_depth@1").unwrap_or(f64::NAN),
+            );
+            rep.dvl.push(DvlRow {
+                label: m.label.clone(),
+                bundle: m.bundle.as_ref().map(|b| b.display().to_string()),
+                rate,
+                summary,
+                quality,
+                peak_in_flight: r.peak_in_flight,
+                loadavg: load_before,
+                cancelled: r.cancelled,
+            });
+            report::write(rep, &ctx.out)?;
+        }
+        srv.stop();
+    }
+    Ok(())
+}
+
+/// One max-rate trial: passes with no errors, achieved ≥ 95% of offered, p99 ≤ target.
+async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
+    let r = ctx.measure(target, rate, false).await;
+    let summary = stats::summarize_run(&r);
+    let pass = !r.cancelled
+        && summary.errors == 0
+        && summary.achieved_rps >= 0.95 * rate
+        && summary.latency.p99_ms <= mr.target_p99_ms;
+    eprintln!(
+        "  {rate:.0} req/s: achieved {:.0}, p99 {:.3} ms, errors {}, lag p99 {:.3} ms -> {}",
+        summary.achieved_rps,
+        summary.latency.p99_ms,
+        summary.errors,
+        summary.lag.p99_ms,
+        if pass { "pass" } else { "fail" }
+    );
+    Step {
+        rate,
+        pass,
+        summary,
+        loadavg: loadavg(),
+    }
+}
+
+/// Doubles from `start_rate` until a rate fails, then bisects `refine` times.
+async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64) {
+    let mut steps = Vec::new();
+    let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
+    let mut rate = mr.start_rate;
+    while rate <= mr.ceiling && !ctx.cancel.is_cancelled() {
+        let st = trial(ctx, target, rate, mr).await;
+        let pass = st.pass;
+        steps.push(st);
+        if pass {
+            lo = rate;
+            rate *= 2.0;
+        } else {
+            hi = rate;
+            break;
+        }
+    }
+    if hi.is_finite() {
+        for _ in 0..mr.refine {
+            if ctx.cancel.is_cancelled() {
+                break;
+            }
+            let mid = if lo > 0.0 { (lo + hi) / 2.0 } else { hi / 2.0 };
+            let st = trial(ctx, target, mid, mr).await;
+            if st.pass {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+            steps.push(st);
+        }
+    }
+    (steps, lo)
+}
+
+async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
+    let Some(mr) = ctx.scenario.max_rate.clone() else {
+        return Ok(());
+    };
+    for m in &ctx.scenario.models {
+        if ctx.cancel.is_cancelled() {
+            break;
+        }
+        let mut srv = ctx.model_server(m).await?;
+        for ep in &mr.endpoints {
+            if ctx.cancel.is_cancelled() {
+                break;
+            }
+            eprintln!("max rate: {} {ep}", m.label);
+            let target = if ep == "healthz" {
+                health_target(&srv.url)?
+            } else {
+                predict_target(&srv.url, q)?
+            };
+            let (steps, max) = find_max(ctx, &target, &mr).await;
+            let mut entry = MaxRateReport {
+                label: m.label.clone(),
+                endpoint: ep.clone(),
+                target_p99_ms: mr.target_p99_ms,
+                steps,
+                max_rate: max,
+                half: None,
+            };
+            if mr.half_s > 0.0 && max > 0.0 && !ctx.cancel.is_cancelled() {
+                let la = loadavg();
+                let mut spec = ctx.spec(max / 2.0, mr.half_s, false, 0);
+                spec.max_requests = None;
+                let _ = engine::run(
+                    &ctx.client,
+                    &target,
+                    &ctx.spec(max / 2.0, ctx.scenario.load.warmup_s.max(0.5), false, 0),
+                    &ctx.cancel,
+                )
+                .await;
+                let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
+                let summary = stats::summarize_run(&r);
+                eprintln!(
+                    "  half max ({:.0} req/s, {} s): p50 {:.3} ms, p99 {:.3} ms, errors {}",
+                    max / 2.0,
+                    mr.half_s,
+                    summary.latency.p50_ms,
+                    summary.latency.p99_ms,
+                    summary.errors
+                );
+                entry.half = Some(Step {
+                    rate: max / 2.0,
+                    pass: summary.errors == 0,
+                    summary,
+                    loadavg: la,
+                });
+            }
+            rep.max_rate.push(entry);
+            report::write(rep, &ctx.out)?;
+        }
+        srv.stop();
+    }
+    Ok(())
+}
+
+/// Points `link` at `target` by an atomic rename of a fresh symlink over it.
+fn swap_link(link: &Path, target: &Path) -> anyhow::Result<()> {
+    let tmp = link.with_extension("tmp-link");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)
+        .with_context(|| format!("creating symlink {}", tmp.display()))?;
+    std::fs::rename(&tmp, link).with_context(|| format!("renaming onto {}", link.display()))
+}
+
+/// `xmc_model_reloads_total` lines of `/metrics`.
+async fn reload_metrics(client: &HttpClient, base: &str) -> Vec<String> {
+    let Ok(u) = server::uri(base, "/metrics") else {
+        return Vec::new();
+    };
+    let (_, body) = engine::send(client, &u, None, &[], Duration::from_secs(3)).await;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("xmc_model_reloads_total"))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
+    let Some(h) = ctx.scenario.hot_swap.clone() else {
+        return Ok(());
+    };
+    let abs = |p: &Path| {
+        std::fs::canonicalize(p).with_context(|| format!("bundle {} not found", p.display()))
+    };
+    let bundles = [abs(&h.bundles[0])?, abs(&h.bundles[1])?];
+    let link = std::path::absolute(ctx.out.join("serving.xmcb"))?;
+    let _ = std::fs::remove_file(&link);
+    swap_link(&link, &bundles[0])?;
+    let token = format!("loadtest-{}", std::process::id());
+    let env = vec![
+        (
+            "XMC_POLL_INTERVAL_MS".to_string(),
+            h.poll_interval_ms.to_string(),
+        ),
+        ("XMC_ADMIN_TOKEN".to_string(), token.clone()),
+    ];
+    let srv = ctx.server_for(Some(&link), None, "hot-swap", &env).await?;
+    let pid = srv.pid();
+    let target = predict_target(&srv.url, q)?;
+    let rate = match (h.rate, h.rate_fraction, &ctx.scenario.max_rate) {
+        (Some(r), _, _) => r,
+        (None, Some(f), Some(mr)) => {
+            eprintln!("hot swap: measuring the max rate first");
+            let (steps, max) = find_max(ctx, &target, mr).await;
+            rep.max_rate.push(MaxRateReport {
+                label: "hot-swap bundle A".into(),
+                endpoint: "predict".into(),
+                target_p99_ms: mr.target_p99_ms,
+                steps,
+                max_rate: max,
+                half: None,
+            });
+            anyhow::ensure!(max > 0.0, "no rate passed the max-rate criteria");
+            max * f
+        }
+        _ => anyhow::bail!("hot_swap: no rate"),
+    };
+    let sizes = [
+        std::fs::metadata(&bundles[0])?.len(),
+        std::fs::metadata(&bundles[1])?.len(),
+    ];
+    let interval = Duration::from_millis(h.interval_ms);
+    let swap_span = interval.as_secs_f64() * h.swaps as f64;
+    let total = h.before_s + swap_span + 2.0;
+    let reloads_before = reload_metrics(&ctx.client, &srv.url).await;
+    // Warm-up, then one continuous run; swaps start `before_s` into it.
+    let _ = engine::run(
+        &ctx.client,
+        &target,
+        &ctx.spec(rate, ctx.scenario.load.warmup_s.max(0.5), false, 0),
+        &ctx.cancel,
+    )
+    .await;
+    let mut spec = ctx.spec(rate, total, true, 0);
+    spec.max_requests = None;
+    let t0 = Instant::now();
+    let swapper = {
+        let (client, cancel, bundles, link, url, token) = (
+            ctx.client.clone(),
+            ctx.cancel.clone(),
+            bundles.clone(),
+            link.clone(),
+            srv.url.clone(),
+            token.clone(),
+        );
+        let (swaps, method, before) = (h.swaps, h.method, h.before_s);
+        tokio::spawn(async move {
+            let mut log: Vec<(f64, bool, String)> = Vec::new();
+            let start = t0 + Duration::from_secs_f64(before);
+            for i in 0..swaps {
+                tokio::time::sleep_until((start + interval * i as u32).into()).await;
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let to = &bundles[(i + 1) % 2];
+                let admin = match method {
+                    SwapMethod::Rename => false,
+                    SwapMethod::Admin => true,
+                    SwapMethod::Both => i % 4 >= 2,
+                };
+                let at = t0.elapsed().as_secs_f64();
+                let mut err = String::new();
+                if let Err(e) = swap_link(&link, to) {
+                    err = format!("{e:#}");
+                } else if admin {
+                    let auth = format!("Bearer {token}");
+                    let u = server::uri(&url, "/v1/admin/reload");
+                    if let Ok(u) = u {
+                        let (st, body) = engine::send(
+                            &client,
+                            &u,
+                            Some(Bytes::new()),
+                            &[("authorization", auth.as_str())],
+                            Duration::from_secs(30),
+                        )
+                        .await;
+                        if st != engine::Status::Http(200) {
+                            err = format!(
+                                "admin reload: {st:?} {}",
+                                String::from_utf8_lossy(&body)
+                                    .chars()
+                                    .take(200)
+                                    .collect::<String>()
+                            );
+                        }
+                    }
+                }
+                log.push((at, admin, err));
+            }
+            log
+        })
+    };
+    let sampler = {
+        let cancel = ctx.cancel.clone();
+        tokio::spawn(async move {
+            let mut peak = 0u64;
+            let end = t0 + Duration::from_secs_f64(total + 1.0);
+            while Instant::now() < end && !cancel.is_cancelled() {
+                if let Some(kb) = pid.and_then(|p| server::proc_status_kb(p, "VmRSS")) {
+                    peak = peak.max(kb);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            peak
+        })
+    };
+    let load_before = loadavg();
+    let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
+    let log = swapper.await.unwrap_or_default();
+    let sampled_peak = sampler.await.unwrap_or(0);
+    let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
+    let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
+    // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
+    let first = log.first().map_or(h.before_s, |x| x.0);
+    let last = log.last().map_or(first, |x| x.0) + interval.as_secs_f64();
+    let before = stats::summarize_window(&r, 0.0, h.before_s.min(first));
+    let during = stats::summarize_window(&r, first, last);
+    let all = stats::summarize_run(&r);
+    let quality: Quality = queries::score(q, &r.bodies);
+    // How often the serving version changed, in scheduled order.
+    let mut kept: Vec<&engine::Kept> = r.bodies.iter().collect();
+    kept.sort_by_key(|k| k.scheduled_us);
+    let mut version_changes = 0usize;
+    let mut prev: Option<String> = None;
+    for v in kept.iter().filter_map(|k| queries::version_of(&k.bytes)) {
+        if prev.as_ref().is_some_and(|p| *p != v) {
+            version_changes += 1;
+        }
+        prev = Some(v);
+    }
+    let budget_kb = (sizes[0] + sizes[1]) / 1024 + 64 * 1024;
+    rep.hot_swap = Some(HotSwapReport {
+        rate,
+        swaps_requested: h.swaps,
+        swaps_done: log.len(),
+        admin_swaps: log.iter().filter(|x| x.1).count(),
+        swap_errors: log
+            .iter()
+            .filter(|x| !x.2.is_empty())
+            .map(|x| x.2.clone())
+            .collect(),
+        method: h.method,
+        interval_ms: h.interval_ms,
+        before,
+        during,
+        all,
+        failed: r.samples.iter().filter(|s| !s.ok()).count() as u64 + r.abandoned as u64,
+        versions: quality.versions.clone(),
+        version_changes,
+        reloads_before,
+        reloads_after,
+        peak_rss_kb_hwm: hwm,
+        peak_rss_kb_sampled: sampled_peak,
+        bundle_bytes: sizes,
+        rss_budget_kb: budget_kb,
+        loadavg: load_before,
+    });
+    report::write(rep, &ctx.out)?;
+    Ok(())
+}

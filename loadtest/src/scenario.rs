@@ -1,0 +1,429 @@
+//! Scenario files (`loadtest/scenarios/*.toml`): parsing and validation. Every error names the
+//! file and the key.
+
+use crate::engine::Arrivals;
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Which scenario a file describes.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// One server per model, a sweep of rates, quality and latency per (model, rate).
+    DepthVsLatency,
+    /// A fixed rate while the served model is swapped N times.
+    HotSwap,
+    /// The highest rate whose p99 stays under a target.
+    MaxRate,
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The scenario.
+    pub kind: Kind,
+    /// A title for the report (default: the file name).
+    pub title: Option<String>,
+    /// The report directory (the command line's `--out` wins).
+    pub out: Option<PathBuf>,
+    /// The queries and their truth.
+    pub data: DataSpec,
+    /// The load shape.
+    #[serde(default)]
+    pub load: LoadSpec,
+    /// How to reach the server(s).
+    #[serde(default)]
+    pub server: ServerSpec,
+    /// The models (depth-vs-latency, max-rate).
+    #[serde(default)]
+    pub models: Vec<ModelSpec>,
+    /// `depth-vs-latency` settings.
+    pub depth_vs_latency: Option<DepthVsLatency>,
+    /// `hot-swap` settings.
+    pub hot_swap: Option<HotSwap>,
+    /// `max-rate` settings.
+    pub max_rate: Option<MaxRate>,
+}
+
+/// The data set the requests replay.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSpec {
+    /// An XC-format file (plain or gzip): its rows are the queries, its labels the truth.
+    pub test: PathBuf,
+    /// Labels per request (P@k and expected depth@k are reported for k = 1 and this k).
+    #[serde(default = "default_k")]
+    pub k: usize,
+    /// Use at most this many rows (0: all).
+    #[serde(default)]
+    pub limit: usize,
+}
+
+fn default_k() -> usize {
+    5
+}
+
+/// The load shape of every run in the scenario.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadSpec {
+    /// `poisson` or `constant`.
+    pub arrivals: Arrivals,
+    /// Seconds of measured load per run.
+    pub duration_s: f64,
+    /// At most this many requests per run (0: no limit; the duration still bounds the run).
+    pub max_requests: u64,
+    /// Seconds of unmeasured load at the same rate before each run (connections, caches).
+    pub warmup_s: f64,
+    /// A request not answered in this many milliseconds fails.
+    pub timeout_ms: u64,
+    /// The most requests in flight; more is an error (`in_flight_cap`).
+    pub max_in_flight: usize,
+    /// Seed of the Poisson arrivals.
+    pub seed: u64,
+}
+
+impl Default for LoadSpec {
+    fn default() -> Self {
+        LoadSpec {
+            arrivals: Arrivals::Poisson,
+            duration_s: 10.0,
+            max_requests: 0,
+            warmup_s: 1.0,
+            timeout_ms: 2000,
+            max_in_flight: 2048,
+            seed: 1,
+        }
+    }
+}
+
+/// How servers are found or started.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSpec {
+    /// The `xmc` binary that serves each model bundle.
+    pub xmc: PathBuf,
+    /// Seconds to wait for a started server's `/readyz`.
+    pub startup_timeout_s: f64,
+    /// Extra environment for started servers (e.g. `XMC_LOG = "warn"`).
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        ServerSpec {
+            xmc: PathBuf::from("target/release/xmc"),
+            startup_timeout_s: 60.0,
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// One model under test: a bundle to serve, or the URL of a server already running.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Its name in the report.
+    pub label: String,
+    /// A bundle; the tool starts `xmc serve` on it.
+    pub bundle: Option<PathBuf>,
+    /// A running server, e.g. `http://127.0.0.1:8080`.
+    pub url: Option<String>,
+}
+
+/// `[depth_vs_latency]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DepthVsLatency {
+    /// Offered rates, requests per second.
+    pub rates: Vec<f64>,
+}
+
+/// How a hot swap is triggered.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SwapMethod {
+    /// An atomic rename of a symlink over the model path; the server's poller notices.
+    Rename,
+    /// The rename, then `POST /v1/admin/reload`.
+    Admin,
+    /// Alternating: two renames left to the poller, then two followed by the admin route.
+    Both,
+}
+
+/// `[hot_swap]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HotSwap {
+    /// Offered rate, requests per second (or `rate_fraction` of a measured max rate).
+    pub rate: Option<f64>,
+    /// With `rate` absent: measure the max rate first (as in `[max_rate]`) and run at this
+    /// fraction of it.
+    pub rate_fraction: Option<f64>,
+    /// The two bundles swapped between (the first is served at the start).
+    pub bundles: [PathBuf; 2],
+    /// Number of swaps.
+    pub swaps: usize,
+    /// Milliseconds between swaps.
+    #[serde(default = "default_interval")]
+    pub interval_ms: u64,
+    /// `rename`, `admin` or `both`.
+    #[serde(default = "default_method")]
+    pub method: SwapMethod,
+    /// Seconds of load before the first swap (the baseline).
+    #[serde(default = "default_before")]
+    pub before_s: f64,
+    /// The server's poll interval, ms.
+    #[serde(default = "default_poll")]
+    pub poll_interval_ms: u64,
+}
+
+fn default_interval() -> u64 {
+    500
+}
+fn default_method() -> SwapMethod {
+    SwapMethod::Both
+}
+fn default_before() -> f64 {
+    20.0
+}
+fn default_poll() -> u64 {
+    100
+}
+
+/// `[max_rate]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaxRate {
+    /// A rate passes when its p99 (from the schedule) is at most this, it has no errors, and
+    /// it achieves 95% of the offered rate.
+    pub target_p99_ms: f64,
+    /// The first rate tried; rates double until one fails, then bisect.
+    #[serde(default = "default_start")]
+    pub start_rate: f64,
+    /// Never try above this rate.
+    #[serde(default = "default_ceiling")]
+    pub ceiling: f64,
+    /// Bisection steps after the first failure.
+    #[serde(default = "default_refine")]
+    pub refine: usize,
+    /// The routes measured: `predict` (POST /v1/predict with the data's queries) and
+    /// `healthz` (GET /healthz, the HTTP floor).
+    #[serde(default = "default_endpoints")]
+    pub endpoints: Vec<String>,
+    /// Seconds of the confirming run at half the max rate (0: none).
+    #[serde(default = "default_half")]
+    pub half_s: f64,
+}
+
+fn default_start() -> f64 {
+    250.0
+}
+fn default_ceiling() -> f64 {
+    200_000.0
+}
+fn default_refine() -> usize {
+    3
+}
+fn default_endpoints() -> Vec<String> {
+    vec!["predict".into(), "healthz".into()]
+}
+fn default_half() -> f64 {
+    20.0
+}
+
+fn positive(key: &str, v: f64) -> anyhow::Result<()> {
+    if !(v.is_finite() && v > 0.0) {
+        bail!("`{key}` = {v}: must be a number > 0");
+    }
+    Ok(())
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> anyhow::Result<Scenario> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading scenario {}", path.display()))?;
+        Scenario::parse(&text).with_context(|| format!("scenario {}", path.display()))
+    }
+
+    /// Parses and validates scenario text.
+    pub fn parse(text: &str) -> anyhow::Result<Scenario> {
+        let s: Scenario = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.data.k == 0 {
+            bail!("`data.k` must be at least 1");
+        }
+        let l = &self.load;
+        positive("load.duration_s", l.duration_s)?;
+        if !(l.warmup_s.is_finite() && l.warmup_s >= 0.0) {
+            bail!("`load.warmup_s` = {}: must be ≥ 0", l.warmup_s);
+        }
+        if l.timeout_ms == 0 {
+            bail!("`load.timeout_ms` must be at least 1");
+        }
+        if l.max_in_flight == 0 {
+            bail!("`load.max_in_flight` must be at least 1");
+        }
+        positive("server.startup_timeout_s", self.server.startup_timeout_s)?;
+        for (i, m) in self.models.iter().enumerate() {
+            match (&m.bundle, &m.url) {
+                (Some(_), Some(_)) => {
+                    bail!(
+                        "`models[{i}]` ({}): give `bundle` or `url`, not both",
+                        m.label
+                    )
+                }
+                (None, None) => bail!(
+                    "`models[{i}]` ({}): missing key `bundle` (a model to serve) or `url` \
+                     (a running server)",
+                    m.label
+                ),
+                _ => {}
+            }
+        }
+        match self.kind {
+            Kind::DepthVsLatency => {
+                let d = self.depth_vs_latency.as_ref().context(
+                    "missing table `[depth_vs_latency]` (with `rates = [...]`) for kind \
+                     `depth-vs-latency`",
+                )?;
+                if d.rates.is_empty() {
+                    bail!("`depth_vs_latency.rates` is empty");
+                }
+                for (i, &r) in d.rates.iter().enumerate() {
+                    positive(&format!("depth_vs_latency.rates[{i}]"), r)?;
+                }
+                if self.models.is_empty() {
+                    bail!("missing key `models`: depth-vs-latency needs at least one [[models]]");
+                }
+            }
+            Kind::HotSwap => {
+                let h = self.hot_swap.as_ref().context(
+                    "missing table `[hot_swap]` (with `bundles`, `swaps`, and `rate` or \
+                     `rate_fraction`) for kind `hot-swap`",
+                )?;
+                match (h.rate, h.rate_fraction) {
+                    (Some(r), None) => positive("hot_swap.rate", r)?,
+                    (None, Some(f)) => {
+                        positive("hot_swap.rate_fraction", f)?;
+                        if self.max_rate.is_none() {
+                            bail!(
+                                "`hot_swap.rate_fraction` needs a `[max_rate]` table (how to \
+                                 measure the max rate)"
+                            );
+                        }
+                    }
+                    (Some(_), Some(_)) => {
+                        bail!("`hot_swap`: give `rate` or `rate_fraction`, not both")
+                    }
+                    (None, None) => bail!("`hot_swap`: missing key `rate` (or `rate_fraction`)"),
+                }
+                if h.swaps == 0 {
+                    bail!("`hot_swap.swaps` must be at least 1");
+                }
+                if h.interval_ms == 0 || h.poll_interval_ms == 0 {
+                    bail!("`hot_swap.interval_ms` and `hot_swap.poll_interval_ms` must be ≥ 1");
+                }
+            }
+            Kind::MaxRate => {
+                if self.max_rate.is_none() {
+                    bail!("missing table `[max_rate]` (with `target_p99_ms`) for kind `max-rate`");
+                }
+                if self.models.is_empty() {
+                    bail!("missing key `models`: max-rate needs at least one [[models]]");
+                }
+            }
+        }
+        if let Some(m) = &self.max_rate {
+            positive("max_rate.target_p99_ms", m.target_p99_ms)?;
+            positive("max_rate.start_rate", m.start_rate)?;
+            positive("max_rate.ceiling", m.ceiling)?;
+            if m.endpoints.is_empty() {
+                bail!("`max_rate.endpoints` is empty");
+            }
+            for e in &m.endpoints {
+                if e != "predict" && e != "healthz" {
+                    bail!("`max_rate.endpoints`: unknown endpoint {e:?} (predict or healthz)");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+kind = "depth-vs-latency"
+[data]
+test = "x.txt"
+[[models]]
+label = "a"
+bundle = "a.xmcb"
+[depth_vs_latency]
+rates = [100, 200.5]
+"#;
+
+    fn err(text: &str) -> String {
+        format!("{:#}", Scenario::parse(text).expect_err("an error"))
+    }
+
+    #[test]
+    fn good_file_parses_with_defaults() {
+        let s = Scenario::parse(GOOD).expect("valid");
+        assert_eq!(s.kind, Kind::DepthVsLatency);
+        assert_eq!(s.data.k, 5);
+        assert_eq!(s.load.arrivals, Arrivals::Poisson);
+        assert_eq!(s.depth_vs_latency.expect("dvl").rates, vec![100.0, 200.5]);
+    }
+
+    #[test]
+    fn missing_key_is_named() {
+        let e = err(&GOOD.replace("test = \"x.txt\"", ""));
+        assert!(e.contains("missing field `test`"), "{e}");
+        let e = err(&GOOD.replace("rates = [100, 200.5]", ""));
+        assert!(e.contains("missing field `rates`"), "{e}");
+        let e = err(&GOOD.replace("bundle = \"a.xmcb\"", ""));
+        assert!(e.contains("missing key `bundle`"), "{e}");
+        let e = err(&GOOD.replace("[depth_vs_latency]\nrates = [100, 200.5]", ""));
+        assert!(e.contains("[depth_vs_latency]"), "{e}");
+    }
+
+    #[test]
+    fn non_positive_rates_are_refused() {
+        let e = err(&GOOD.replace("[100, 200.5]", "[100, 0]"));
+        assert!(
+            e.contains("depth_vs_latency.rates[1]") && e.contains("> 0"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("[100, 200.5]", "[-5]"));
+        assert!(e.contains("rates[0]` = -5"), "{e}");
+        let hs = r#"
+kind = "hot-swap"
+[data]
+test = "x"
+[hot_swap]
+rate = -1
+bundles = ["a", "b"]
+swaps = 3
+"#;
+        let e = err(hs);
+        assert!(e.contains("hot_swap.rate") && e.contains("> 0"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = err(&GOOD.replace("[data]", "[data]\ntets = 1"));
+        assert!(e.contains("unknown field `tets`"), "{e}");
+    }
+}

@@ -1,0 +1,190 @@
+//! Starting `xmc serve`, or checking that a given server answers; reading a server's memory.
+
+use crate::engine::{self, HttpClient, Status};
+use anyhow::{Context, bail};
+use hyper::Uri;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server under test: its base URL, and the process when this tool started it.
+#[derive(Debug)]
+pub struct Server {
+    /// e.g. `http://127.0.0.1:40123`.
+    pub url: String,
+    child: Option<Child>,
+    log: Option<PathBuf>,
+}
+
+/// `base` + `path` as a URI.
+pub fn uri(base: &str, path: &str) -> anyhow::Result<Uri> {
+    let s = format!("{}{}", base.trim_end_matches('/'), path);
+    s.parse().with_context(|| format!("bad URL {s:?}"))
+}
+
+/// Checks that `base/readyz` answers 200 within `wait` (retrying), with an error that says what
+/// happened otherwise.
+pub async fn probe(client: &HttpClient, base: &str, wait: Duration) -> anyhow::Result<()> {
+    let u = uri(base, "/readyz")?;
+    let deadline = Instant::now() + wait;
+    loop {
+        let (status, body) = engine::send(client, &u, None, &[], Duration::from_secs(3)).await;
+        let why = match status {
+            Status::Http(200) => return Ok(()),
+            Status::Http(c) => format!(
+                "answered HTTP {c} ({})",
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+            Status::Timeout => "did not answer within 3 s".to_string(),
+            _ => "refused the connection or is not an HTTP server".to_string(),
+        };
+        if Instant::now() >= deadline {
+            bail!("the server at {base} is unreachable or not ready: GET /readyz {why}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Server {
+    /// A server already running at `url`: checked with `/readyz`.
+    pub async fn existing(client: &HttpClient, url: &str) -> anyhow::Result<Server> {
+        probe(client, url, Duration::ZERO).await?;
+        Ok(Server {
+            url: url.trim_end_matches('/').to_string(),
+            child: None,
+            log: None,
+        })
+    }
+
+    /// Starts `xmc serve --model MODEL` on a free loopback port, with `env`, and waits for
+    /// `/readyz`. Its log goes to `log`.
+    pub async fn start(
+        client: &HttpClient,
+        xmc: &Path,
+        model: &Path,
+        env: &[(String, String)],
+        log: &Path,
+        wait: Duration,
+    ) -> anyhow::Result<Server> {
+        if !xmc.exists() {
+            bail!(
+                "the xmc binary {} does not exist (build it with `cargo build --release --bin \
+                 xmc`, or set `server.xmc`)",
+                xmc.display()
+            );
+        }
+        if !model.exists() {
+            bail!("model bundle {} does not exist", model.display());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("finding a free port")?
+            .port();
+        let log_file =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let mut cmd = Command::new(xmc);
+        cmd.arg("serve")
+            .arg("--model")
+            .arg(model)
+            .arg("--bind")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("XMC_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} serve", xmc.display()))?;
+        let mut server = Server {
+            url: format!("http://127.0.0.1:{port}"),
+            child: Some(child),
+            log: Some(log.to_path_buf()),
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(c) = server.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                bail!(
+                    "xmc serve on {} exited ({status}) before it was ready: {}",
+                    model.display(),
+                    server.log_tail()
+                );
+            }
+            if probe(client, &server.url, Duration::ZERO).await.is_ok() {
+                return Ok(server);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "xmc serve on {} was not ready after {:?}: {}",
+                    model.display(),
+                    wait,
+                    server.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The process id, when this tool started the server.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn log_tail(&self) -> String {
+        let Some(path) = &self.log else {
+            return String::new();
+        };
+        let mut s = String::new();
+        let _ = std::fs::File::open(path).and_then(|mut f| f.read_to_string(&mut s));
+        let tail: String = s
+            .chars()
+            .rev()
+            .take(600)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("log {}: {}", path.display(), tail.trim())
+    }
+
+    /// Stops a started server (SIGTERM, then SIGKILL after 5 s).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A `/proc/PID/status` field in kB (`VmRSS`, `VmHWM`), if readable.
+pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

@@ -1,0 +1,258 @@
+//! The open-loop property against a mock server that stalls, bad scenarios, and Ctrl-C.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use xmc_loadtest::engine::{self, Arrivals, Cancel, RunSpec, Target};
+use xmc_loadtest::stats::{self, Percentiles};
+
+/// A mock HTTP server on its own thread: it answers `{}` to everything, but holds every request
+/// that arrives in the first `stall_ms` of each second until that window ends.
+fn mock_server(stall_ms: u64) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let start = Instant::now();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req: Request<hyper::body::Incoming>| async move {
+                        let into_second = (start.elapsed().as_millis() % 1000) as u64;
+                        if into_second < stall_ms {
+                            tokio::time::sleep(Duration::from_millis(stall_ms - into_second)).await;
+                        }
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            "{}",
+                        ))))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+    });
+    format!("http://{addr}")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn open_loop_p99_shows_the_stalls_that_closed_loop_hides() {
+    let base = mock_server(100);
+    let rt = runtime();
+    let (open, closed) = rt.block_on(async {
+        let client = engine::client();
+        let target = Target {
+            uri: format!("{base}/x").parse().expect("uri"),
+            bodies: Arc::new(vec![Bytes::from_static(b"{}")]),
+        };
+        let spec = RunSpec {
+            rate: 400.0,
+            arrivals: Arrivals::Constant,
+            duration: Duration::from_secs(4),
+            max_requests: None,
+            timeout: Duration::from_secs(2),
+            max_in_flight: 1000,
+            keep_bodies: false,
+            seed: 1,
+            first_body: 0,
+        };
+        let r = engine::run(&client, &target, &spec, &Cancel::new()).await;
+        let open = stats::summarize_run(&r);
+        // A closed-loop client: one connection, the next request only after the last answer.
+        let mut h = stats::histogram();
+        let end = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < end {
+            let t = Instant::now();
+            let (st, _) = engine::send(
+                &client,
+                &target.uri,
+                Some(Bytes::from_static(b"{}")),
+                &[],
+                Duration::from_secs(2),
+            )
+            .await;
+            assert_eq!(st, engine::Status::Http(200));
+            h.saturating_record(t.elapsed().as_micros().max(1) as u64);
+        }
+        (open, Percentiles::of(&h))
+    });
+    eprintln!(
+        "open loop: p50 {:.3} ms, p99 {:.3} ms over {} requests; closed loop: p50 {:.3} ms, \
+         p99 {:.3} ms over {} requests",
+        open.latency.p50_ms,
+        open.latency.p99_ms,
+        open.scheduled,
+        closed.p50_ms,
+        closed.p99_ms,
+        closed.n
+    );
+    // About 10% of the scheduled sends fall in a stall and wait up to 100 ms.
+    assert_eq!(open.errors, 0, "{open:?}");
+    assert!(open.scheduled >= 1500, "{open:?}");
+    assert!(
+        open.latency.p99_ms >= 50.0,
+        "open-loop p99 {} ms should show the 100 ms stalls",
+        open.latency.p99_ms
+    );
+    assert!(open.latency.p50_ms < 20.0, "p50 {} ms", open.latency.p50_ms);
+    // The closed-loop client meets the stall once per second with one request: its p99 hides it.
+    assert!(closed.n > 400, "{closed:?}");
+    assert!(
+        closed.p99_ms * 5.0 < open.latency.p99_ms,
+        "closed-loop p99 {} ms vs open-loop {} ms",
+        closed.p99_ms,
+        open.latency.p99_ms
+    );
+}
+
+#[test]
+fn concurrency_grows_to_hold_the_rate() {
+    let base = mock_server(300);
+    let rt = runtime();
+    let r = rt.block_on(async {
+        let target = Target {
+            uri: format!("{base}/x").parse().expect("uri"),
+            bodies: Arc::new(vec![]),
+        };
+        let spec = RunSpec {
+            rate: 300.0,
+            arrivals: Arrivals::Poisson,
+            duration: Duration::from_secs(2),
+            max_requests: Some(450),
+            timeout: Duration::from_secs(2),
+            max_in_flight: 1000,
+            keep_bodies: false,
+            seed: 7,
+            first_body: 0,
+        };
+        engine::run(&engine::client(), &target, &spec, &Cancel::new()).await
+    });
+    let s = stats::summarize_run(&r);
+    // Bounded by the count, not slowed by the stalls.
+    assert_eq!(s.scheduled, 450);
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert!(
+        r.peak_in_flight >= 30,
+        "peak in flight {}",
+        r.peak_in_flight
+    );
+    assert!(s.offered_rps > 200.0 && s.offered_rps < 400.0, "{s:?}");
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn scenario_file(dir: &std::path::Path, body: &str) -> PathBuf {
+    let p = dir.join("s.toml");
+    std::fs::write(&p, body).expect("write scenario");
+    p
+}
+
+#[test]
+fn unreachable_server_and_bad_files_give_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = repo().join("tests/data/Bibtex/test.txt.gz");
+    // Port 1 on loopback: nothing listens there.
+    let text = format!(
+        "kind = \"depth-vs-latency\"\n[data]\ntest = {data:?}\nlimit = 20\n[[models]]\n\
+         label = \"x\"\nurl = \"http://127.0.0.1:1\"\n[depth_vs_latency]\nrates = [10]\n"
+    );
+    let run = |text: &str| {
+        let p = scenario_file(dir.path(), text);
+        let out = Command::new(env!("CARGO_BIN_EXE_xmc-loadtest"))
+            .arg(&p)
+            .arg("--out")
+            .arg(dir.path().join("out"))
+            .output()
+            .expect("run");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, err) = run(&text);
+    assert!(!ok);
+    assert!(
+        err.contains("http://127.0.0.1:1") && err.contains("unreachable"),
+        "{err}"
+    );
+    let (ok, err) = run(&text.replace("rates = [10]", "rates = [10, -3]"));
+    assert!(!ok);
+    assert!(err.contains("depth_vs_latency.rates[1]` = -3"), "{err}");
+    let (ok, err) = run(&text.replace("kind = \"depth-vs-latency\"\n", ""));
+    assert!(!ok);
+    assert!(err.contains("missing field `kind`"), "{err}");
+}
+
+#[test]
+fn ctrl_c_writes_a_partial_report() {
+    let base = mock_server(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = repo().join("tests/data/Bibtex/test.txt.gz");
+    let out = dir.path().join("out");
+    let text = format!(
+        "kind = \"depth-vs-latency\"\n[data]\ntest = {data:?}\nlimit = 50\n[load]\n\
+         duration_s = 60\nwarmup_s = 0\n[[models]]\nlabel = \"mock\"\nurl = \"{base}\"\n\
+         [depth_vs_latency]\nrates = [100, 200]\n"
+    );
+    let p = scenario_file(dir.path(), &text);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xmc-loadtest"))
+        .arg(&p)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGINT");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "an interrupted run exits non-zero");
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("json");
+    assert_eq!(json["partial"], true);
+    let rows = json["dvl"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "only the interrupted first rate");
+    assert_eq!(rows[0]["cancelled"], true);
+    let sent = rows[0]["summary"]["scheduled"].as_u64().expect("scheduled");
+    assert!((50..=400).contains(&sent), "about 2 s at 100 req/s: {sent}");
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(md.contains("Partial report"));
+}
