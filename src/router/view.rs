@@ -146,8 +146,13 @@ where
 
     /// Routes the prepared query (`q_idx`/`q_val` sorted, `dense` its dense copy) to its best
     /// `query.blocks` blocks and searches them, writing `(global label, log-probability, depth)`
-    /// candidates into `cands` (a label found in several blocks keeps its best score) and the
-    /// blocks searched, best first, into `blocks_out`.
+    /// candidates into `cands` and the blocks searched, best first, into `blocks_out`.
+    ///
+    /// The router is the root of a two-level tree: a label's log-probability is its block's
+    /// router log-probability plus its log-probability within the block, so labels of different
+    /// blocks compare on one scale (a label found in several blocks keeps its best). Without the
+    /// router's term a confident label of a poorly matching block would outrank the best block's
+    /// labels.
     #[allow(clippy::too_many_arguments)]
     pub fn search(
         &self,
@@ -188,7 +193,7 @@ where
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         cands.clear();
         blocks_out.clear();
-        for &(blk, _) in &scratch.routed {
+        for &(blk, route_logp) in &scratch.routed {
             // Router outputs are validated to be below q at open.
             let block = &self.blocks[blk as usize];
             let tree = block.tree.borrowed();
@@ -222,7 +227,7 @@ where
                     .search
                     .candidates
                     .iter()
-                    .map(|&(l, s, d)| (map[l as usize], s, d)),
+                    .map(|&(l, s, d)| (map[l as usize], route_logp + s, d)),
             );
             blocks_out.push(blk);
         }
