@@ -91,6 +91,28 @@ pub struct TrainConfig {
     pub freq: FreqKind,
     /// The solver's hyper-parameters.
     pub solver: SolverParams,
+    /// BP instance router (Liang, Hsieh & Lee 2023): partition points into q blocks, each with
+    /// its own label cluster and model, and route queries with a linear router.
+    #[serde(default)]
+    pub bp: bool,
+    /// λ_bp of the BP objective; 0 chooses it by k-fold cross-validation against `bp_tolerance`.
+    #[serde(default)]
+    pub bp_lambda: f32,
+    /// The number of blocks q; 0 takes the largest q up to `bp_q_max` with no empty block.
+    #[serde(default)]
+    pub bp_q: usize,
+    /// The largest q the automatic choice tries.
+    #[serde(default = "default_bp_q_max")]
+    pub bp_q_max: usize,
+    /// Folds of the λ_bp cross-validation.
+    #[serde(default = "default_bp_folds")]
+    pub bp_folds: usize,
+    /// The P@1 loss (absolute, in [0, 1]) the λ_bp cross-validation tolerates.
+    #[serde(default = "default_bp_tolerance")]
+    pub bp_tolerance: f32,
+    /// The model of each BP block: a label tree or flat one-vs-all.
+    #[serde(default = "default_block_model")]
+    pub block_model: ModelKind,
     /// The random seed.
     pub seed: u64,
     /// Worker threads for training (0: all cores).
@@ -111,6 +133,13 @@ impl TrainConfig {
         gamma: 0.1,
         freq: FreqKind::Marginal,
         solver: SolverParams::DEFAULT,
+        bp: false,
+        bp_lambda: 0.0,
+        bp_q: 0,
+        bp_q_max: 16,
+        bp_folds: 3,
+        bp_tolerance: 0.02,
+        block_model: ModelKind::Tree,
         seed: 0,
         threads: 0,
     };
@@ -128,6 +157,13 @@ impl TrainConfig {
         "lambda_prime",
         "gamma",
         "freq",
+        "bp",
+        "bp_lambda",
+        "bp_q",
+        "bp_q_max",
+        "bp_folds",
+        "bp_tolerance",
+        "block_model",
         "seed",
         "threads",
         "solver.l1",
@@ -188,13 +224,7 @@ impl TrainConfig {
         let s = &mut self.solver;
         match key {
             "name" => self.name = as_str(key, value)?.to_string(),
-            "model" => {
-                self.model = match as_str(key, value)? {
-                    "tree" => ModelKind::Tree,
-                    "flat" => ModelKind::Flat,
-                    other => return Err(bad(key, format!("`{other}` is not `tree` or `flat`"))),
-                }
-            }
+            "model" => self.model = as_model_kind(key, value)?,
             "trees" => self.trees = as_usize(key, value)?,
             "max_leaf" => self.max_leaf = as_usize(key, value)?,
             "branching" => self.branching = as_usize(key, value)?,
@@ -221,6 +251,13 @@ impl TrainConfig {
                     }
                 }
             }
+            "bp" => self.bp = as_bool(key, value)?,
+            "bp_lambda" => self.bp_lambda = as_f32(key, value)?,
+            "bp_q" => self.bp_q = as_usize(key, value)?,
+            "bp_q_max" => self.bp_q_max = as_usize(key, value)?,
+            "bp_folds" => self.bp_folds = as_usize(key, value)?,
+            "bp_tolerance" => self.bp_tolerance = as_f32(key, value)?,
+            "block_model" => self.block_model = as_model_kind(key, value)?,
             "seed" => self.seed = as_usize(key, value)? as u64,
             "threads" => self.threads = as_usize(key, value)?,
             "solver.l1" => s.l1 = as_f32(key, value)?,
@@ -300,6 +337,23 @@ impl TrainConfig {
         finite_nonneg("solver.prune", self.solver.prune, false)?;
         finite_nonneg("solver.tol", self.solver.tol, true)?;
         finite_nonneg("gamma", self.gamma, false)?;
+        finite_nonneg("bp_lambda", self.bp_lambda, false)?;
+        positive("bp_q_max", self.bp_q_max)?;
+        if self.bp_folds < 2 {
+            return Err(bad("bp_folds", "must be at least 2".into()));
+        }
+        if !(0.0..=1.0).contains(&self.bp_tolerance) {
+            return Err(bad(
+                "bp_tolerance",
+                format!("must be in [0, 1], got {}", self.bp_tolerance),
+            ));
+        }
+        if self.bp && self.trees > 1 {
+            return Err(bad(
+                "bp",
+                "BP needs trees = 1: an ensemble of routed models is not supported yet".into(),
+            ));
+        }
         if !(0.0..=2.0).contains(&self.lambda) {
             return Err(bad(
                 "lambda",
@@ -321,6 +375,22 @@ pub fn lambda_from_prime(lambda_prime: f64) -> f64 {
 
 fn default_gamma() -> f32 {
     TrainConfig::DEFAULT.gamma
+}
+
+fn default_bp_q_max() -> usize {
+    TrainConfig::DEFAULT.bp_q_max
+}
+
+fn default_bp_folds() -> usize {
+    TrainConfig::DEFAULT.bp_folds
+}
+
+fn default_bp_tolerance() -> f32 {
+    TrainConfig::DEFAULT.bp_tolerance
+}
+
+fn default_block_model() -> ModelKind {
+    TrainConfig::DEFAULT.block_model
 }
 
 fn bad(key: &str, message: String) -> ConfigError {
@@ -360,6 +430,14 @@ fn parse_override(raw: &str) -> toml::Value {
 fn as_str<'a>(key: &str, v: &'a toml::Value) -> Result<&'a str, ConfigError> {
     v.as_str()
         .ok_or_else(|| bad(key, format!("expected a string, found `{v}`")))
+}
+
+fn as_model_kind(key: &str, v: &toml::Value) -> Result<ModelKind, ConfigError> {
+    match as_str(key, v)? {
+        "tree" => Ok(ModelKind::Tree),
+        "flat" => Ok(ModelKind::Flat),
+        other => Err(bad(key, format!("`{other}` is not `tree` or `flat`"))),
+    }
 }
 
 fn as_bool(key: &str, v: &toml::Value) -> Result<bool, ConfigError> {

@@ -11,6 +11,8 @@
 //! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
 //! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
 //!   It is the only module allowed `unsafe`.
+//! - [`router`]: the BP instance router: block-wise partitioning of points and labels, the
+//!   linear router over the blocks, and one model per block.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //!
@@ -24,6 +26,7 @@ pub mod data;
 pub mod eval;
 pub mod linear;
 pub mod model;
+pub mod router;
 pub mod serve;
 pub mod sweep;
 pub mod train;

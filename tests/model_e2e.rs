@@ -2,44 +2,16 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{load, p_at_1, train_with, vendored};
+use std::path::Path;
 use std::process::Command;
 use xmc::bundle::{Bundle, OpenOptions};
 use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
-use xmc::train::{self, Quiet, TrainInputs, Trained};
-
-fn vendored(set: &str, split: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(set)
-        .join(format!("{split}.txt.gz"))
-}
-
-fn load(set: &str, split: &str) -> Dataset {
-    let mut ds = data::read_xc_file(&vendored(set, split)).unwrap();
-    data::l2_normalize_rows(&mut ds.features);
-    ds
-}
-
-fn train_with(ds: &Dataset, overrides: &[&str]) -> Trained {
-    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    let cfg = TrainConfig::load(None, &overrides).unwrap();
-    train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
-}
-
-fn p_at_1(model: &Model, ds: &Dataset) -> f64 {
-    let mut hits = 0;
-    for i in 0..ds.n_points() {
-        let (idx, val) = ds.feature_row(i);
-        let p = model.predict(idx, val, &PredictOptions::default()).unwrap();
-        if let Some(top) = p.labels.first() {
-            hits += usize::from(ds.label_row(i).contains(&top.0));
-        }
-    }
-    hits as f64 / ds.n_points() as f64
-}
+use xmc::train::{self, Quiet, TrainInputs};
 
 #[test]
 fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {

@@ -56,6 +56,9 @@ impl Queries {
 struct Stats {
     depths: Option<Vec<u32>>,
     nodes_evaluated: u32,
+    /// Classifier outputs scored (absent from servers older than the BP router).
+    #[serde(default)]
+    classifiers_evaluated: u32,
     #[serde(default)]
     early_stopped: bool,
     #[serde(default)]
@@ -116,6 +119,7 @@ pub fn score(queries: &Queries, responses: &[Kept]) -> Quality {
         *q.versions.entry(r.model.version).or_default() += 1;
         let stats = QueryStats {
             nodes_evaluated: r.stats.nodes_evaluated,
+            outputs_evaluated: r.stats.classifiers_evaluated,
             early_stopped: r.stats.early_stopped,
             beam_capped: r.stats.beam_capped,
         };

@@ -43,7 +43,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
     pub propensity_b: f64,
     /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
-    /// `deadline_us=N`, and `k=N`, the number of labels the search looks for (default: the
+    /// `deadline_us=N`, `block_candidates=N` (BP models), and `k=N`, the number of labels the search looks for (default: the
     /// largest reported cut-off). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -114,9 +114,19 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
                     format!("`deadline_us`: `{value}` is not a non-negative integer")
                 })?);
             }
+            "block_candidates" => {
+                let b: usize = value.parse().with_context(|| {
+                    format!("`block_candidates`: `{value}` is not a positive integer")
+                })?;
+                if b == 0 {
+                    bail!("`block_candidates` must be at least 1");
+                }
+                opts.block_candidates = Some(b);
+            }
             other => {
                 bail!(
-                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k)"
+                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, \
+                     block_candidates, k)"
                 )
             }
         }

@@ -65,6 +65,8 @@ pub fn label_counts(labels: &crate::data::SparseMatrix) -> Vec<u32> {
 pub struct QueryStats {
     /// Node classifiers evaluated.
     pub nodes_evaluated: u32,
+    /// Classifiers evaluated (every output of every node scored, the BP router's included).
+    pub outputs_evaluated: u32,
     /// Whether the early-stopping bound cut the search short.
     pub early_stopped: bool,
     /// Whether the beam cap dropped a node (the answer may differ from exhaustive search).
@@ -90,6 +92,7 @@ pub struct Evaluator {
     depth: Vec<f64>,
     depth_n: usize,
     nodes: f64,
+    outputs: f64,
     early: usize,
     capped: usize,
     stats_n: usize,
@@ -125,6 +128,7 @@ impl Evaluator {
             depth: vec![0.0; m],
             depth_n: 0,
             nodes: 0.0,
+            outputs: 0.0,
             early: 0,
             capped: 0,
             stats_n: 0,
@@ -221,6 +225,7 @@ impl Evaluator {
         if let Some(s) = stats {
             self.stats_n += 1;
             self.nodes += f64::from(s.nodes_evaluated);
+            self.outputs += f64::from(s.outputs_evaluated);
             self.early += usize::from(s.early_stopped);
             self.capped += usize::from(s.beam_capped);
         }
@@ -296,6 +301,7 @@ impl Evaluator {
         if self.stats_n > 0 {
             let s = self.stats_n as f64;
             metrics.insert("nodes_evaluated_mean".into(), (self.nodes / s).into());
+            metrics.insert("classifier_evals_mean".into(), (self.outputs / s).into());
             metrics.insert("early_stopped_frac".into(), (self.early as f64 / s).into());
             metrics.insert("beam_capped_frac".into(), (self.capped as f64 / s).into());
         }
@@ -408,6 +414,7 @@ mod tests {
             Some(&[3, 5]),
             Some(QueryStats {
                 nodes_evaluated: 10,
+                outputs_evaluated: 30,
                 early_stopped: true,
                 beam_capped: true,
             }),
@@ -418,6 +425,7 @@ mod tests {
             Some(&[2, 2]),
             Some(QueryStats {
                 nodes_evaluated: 20,
+                outputs_evaluated: 50,
                 early_stopped: false,
                 beam_capped: false,
             }),
@@ -427,6 +435,7 @@ mod tests {
         assert!(close(r.get("expected_depth@1").unwrap(), 2.5));
         assert!(close(r.get("expected_depth@2").unwrap(), 3.5));
         assert!(close(r.get("nodes_evaluated_mean").unwrap(), 15.0));
+        assert!(close(r.get("classifier_evals_mean").unwrap(), 40.0));
         assert!(close(r.get("early_stopped_frac").unwrap(), 0.5));
         assert!(close(r.get("beam_capped_frac").unwrap(), 0.5));
     }

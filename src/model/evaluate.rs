@@ -45,6 +45,7 @@ pub fn evaluate_model(
             Some(&out.depths),
             Some(QueryStats {
                 nodes_evaluated: out.nodes_evaluated,
+                outputs_evaluated: out.outputs_evaluated,
                 early_stopped: out.early_stopped,
                 beam_capped: out.beam_capped,
             }),

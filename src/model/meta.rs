@@ -44,8 +44,12 @@ pub struct ModelMeta {
     pub train_data: serde_json::Value,
     /// Held-out quality, when a test file was given at training time.
     pub heldout: Option<serde_json::Value>,
-    /// Per tree: node count, leaf count, depth histogram, weight count.
+    /// Per tree (with BP, per block): node count, leaf count, depth histogram, weight count.
     pub tree_stats: Vec<serde_json::Value>,
+    /// The BP stage: q, λ_bp, block sizes, the choice of q and the λ_bp cross-validation.
+    /// Absent when BP is off (and in bundles made before BP existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bp: Option<crate::router::BpMeta>,
     /// When and how fast the model was made; the only field that differs between reproducible runs.
     pub created: Created,
 }

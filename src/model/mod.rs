@@ -15,6 +15,10 @@ pub use query::QueryError;
 use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::linear::Loss;
+use crate::router::{
+    BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
+    block_labels_section, block_tree_prefix,
+};
 use crate::tree::chunk::Chunks;
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
@@ -34,6 +38,9 @@ pub enum ModelError {
     /// The metadata is not an xmc model's.
     #[error("bundle metadata: {0}")]
     Meta(String),
+    /// The BP sections are inconsistent.
+    #[error(transparent)]
+    Bp(#[from] BpViewError),
     /// A tree's arrays are inconsistent.
     #[error("tree {tree}: {source}")]
     Tree {
@@ -58,6 +65,9 @@ pub struct PredictOptions {
     /// With early stopping: return the best labels found once this many microseconds have
     /// passed since the prediction started, and flag it.
     pub deadline_us: Option<u64>,
+    /// With a BP model: how many of the router's best blocks to search, their candidates merged
+    /// (`None`: 1; more than q searches all q). Ignored by a model without BP.
+    pub block_candidates: Option<usize>,
 }
 
 impl Default for PredictOptions {
@@ -67,6 +77,7 @@ impl Default for PredictOptions {
             beam: None,
             early_stop: true,
             deadline_us: None,
+            block_candidates: None,
         }
     }
 }
@@ -84,8 +95,14 @@ pub struct Prediction {
     pub depths: Vec<u32>,
     /// The depth of the deepest returned label.
     pub depth: u32,
-    /// Node classifiers evaluated, over all trees.
+    /// Nodes evaluated, over all trees (with BP: the router's one node and the searched blocks'
+    /// nodes).
     pub nodes_evaluated: u32,
+    /// Classifiers evaluated: every output of every node evaluated (with BP: the q router
+    /// outputs too). For a flat model, the labels scored.
+    pub outputs_evaluated: u32,
+    /// With BP, the blocks searched, best first (empty without BP).
+    pub blocks: Vec<u32>,
     /// Whether the early-stopping bound cut the search short in every tree.
     pub early_stopped: bool,
     /// Whether the beam cap dropped a node in some tree (the result may then differ from
@@ -103,6 +120,7 @@ pub struct Scratch {
     q_val: Vec<f32>,
     search: SearchScratch,
     merged: Vec<(u32, f32, u32)>,
+    bp: BpScratch,
 }
 
 /// A loaded, validated model.
@@ -110,6 +128,7 @@ pub struct Model {
     bundle: Bundle,
     meta: ModelMeta,
     trees: Vec<MappedTree>,
+    bp: Option<MappedBp>,
     label_names: LazyNames,
     feature_names: LazyNames,
     train_counts: Section<u32>,
@@ -126,9 +145,50 @@ impl std::fmt::Debug for Model {
     }
 }
 
+/// The BP stage over memory-mapped sections.
+pub type MappedBp = BpArrays<Section<u32>, Section<f32>>;
+
 /// The section name of array `array` of tree `t`.
 pub fn tree_section(t: usize, array: &str) -> String {
     format!("tree.{t}.{array}")
+}
+
+/// The tree arrays stored as sections `{prefix}.{array}`.
+fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
+    let u = |a: &str| bundle.u32s(&format!("{prefix}.{a}"));
+    let f = |a: &str| bundle.f32s(&format!("{prefix}.{a}"));
+    Ok(TreeArrays {
+        node_info: u("node_info")?,
+        out_start: u("out_start")?,
+        out_ids: u("out_ids")?,
+        out_bias: f("out_bias")?,
+        chunks: Chunks {
+            feat_start: u("chunk.feat_start")?,
+            feat: u("chunk.feat")?,
+            entry_start: u("chunk.entry_start")?,
+            entry_out: u("chunk.entry_out")?,
+            entry_weight: f("chunk.entry_weight")?,
+            hash_start: u("chunk.hash_start")?,
+            hash: u("chunk.hash")?,
+        },
+    })
+}
+
+/// The BP sections described by `bp`, validated.
+fn load_bp(bundle: &Bundle, meta: &ModelMeta, bp: &BpMeta) -> Result<MappedBp, ModelError> {
+    let mut blocks = Vec::with_capacity(bp.q);
+    for b in 0..bp.q {
+        blocks.push(BlockArrays {
+            labels: bundle.u32s(&block_labels_section(b))?,
+            tree: load_tree(bundle, &block_tree_prefix(b))?,
+        });
+    }
+    let arrays = BpArrays {
+        router: load_tree(bundle, ROUTER_PREFIX)?,
+        blocks,
+    };
+    arrays.validate(meta.n_labels, meta.n_features)?;
+    Ok(arrays)
 }
 
 impl Model {
@@ -180,24 +240,17 @@ impl Model {
         let meta: ModelMeta = bundle.json("meta")?;
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
+        let bp = match &meta.bp {
+            Some(bp) => Some(load_bp(&bundle, &meta, bp)?),
+            None => None,
+        };
         for t in 0..meta.trees {
-            let u = |a: &str| bundle.u32s(&tree_section(t, a));
-            let f = |a: &str| bundle.f32s(&tree_section(t, a));
-            let tree = TreeArrays {
-                node_info: u("node_info")?,
-                out_start: u("out_start")?,
-                out_ids: u("out_ids")?,
-                out_bias: f("out_bias")?,
-                chunks: Chunks {
-                    feat_start: u("chunk.feat_start")?,
-                    feat: u("chunk.feat")?,
-                    entry_start: u("chunk.entry_start")?,
-                    entry_out: u("chunk.entry_out")?,
-                    entry_weight: f("chunk.entry_weight")?,
-                    hash_start: u("chunk.hash_start")?,
-                    hash: u("chunk.hash")?,
-                },
-            };
+            if bp.is_some() {
+                // A BP model's one member is its router and blocks (validated in full by
+                // `load_bp`).
+                break;
+            }
+            let tree = load_tree(&bundle, &format!("tree.{t}"))?;
             if deep {
                 tree.validate(meta.n_labels, meta.n_features)
             } else {
@@ -226,6 +279,7 @@ impl Model {
             bundle,
             meta,
             trees,
+            bp,
             label_names,
             feature_names,
             train_counts,
@@ -243,9 +297,14 @@ impl Model {
         &self.bundle
     }
 
-    /// The trees of the ensemble.
+    /// The trees of the ensemble (empty for a BP model: see [`Model::bp`]).
     pub fn trees(&self) -> &[MappedTree] {
         &self.trees
+    }
+
+    /// The BP router and block models, when the model has them.
+    pub fn bp(&self) -> Option<&MappedBp> {
+        self.bp.as_ref()
     }
 
     /// The label names, when the model has them.
@@ -295,8 +354,35 @@ impl Model {
             deadline,
         };
         let mut nodes = 0;
+        let mut outputs = 0;
         let (mut early, mut capped, mut late) = (true, false, false);
         scratch.merged.clear();
+        out.blocks.clear();
+        if let Some(bp) = &self.bp {
+            let query = BpQuery {
+                limits: &limits,
+                early_stop: options.early_stop,
+                blocks: options.block_candidates.unwrap_or(1),
+                loss,
+            };
+            let stats = bp.search(
+                &scratch.q_idx,
+                &scratch.q_val,
+                &scratch.dense,
+                &query,
+                &mut scratch.bp,
+                &mut scratch.merged,
+                &mut out.blocks,
+            );
+            nodes = stats.search.nodes_evaluated;
+            outputs = stats.search.outputs_evaluated;
+            early = stats.search.early_stopped;
+            capped = stats.search.beam_capped;
+            late = stats.search.deadline_hit;
+            for c in scratch.merged.iter_mut() {
+                c.1 = c.1.exp();
+            }
+        }
         for tree in &self.trees {
             let tree = tree.borrowed();
             let stats = if options.early_stop {
@@ -319,6 +405,7 @@ impl Model {
                 )
             };
             nodes += stats.nodes_evaluated;
+            outputs += stats.outputs_evaluated;
             early &= stats.early_stopped;
             capped |= stats.beam_capped;
             late |= stats.deadline_hit;
@@ -336,6 +423,7 @@ impl Model {
         average_over_trees(&mut scratch.merged, self.trees.len());
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
+        out.outputs_evaluated = outputs;
         out.early_stopped = early;
         out.beam_capped = capped;
         out.deadline_hit = late;

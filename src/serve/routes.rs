@@ -78,7 +78,8 @@ pub struct PredictRequest {
     rerank: Option<bool>,
     /// FIAT imputation; not in this model version.
     impute: Option<bool>,
-    /// BP router blocks to search; not in this model version.
+    /// BP models: how many of the router's best blocks to search (default 1; more than q
+    /// searches all). Ignored by a model without BP.
     block_candidates: Option<JsonInt>,
 }
 
@@ -135,12 +136,17 @@ fn prepare(
     let unsupported = [
         ("rerank", req.rerank == Some(true)),
         ("impute", req.impute == Some(true)),
-        ("block_candidates", req.block_candidates.is_some()),
     ];
     if let Some((name, _)) = unsupported.iter().find(|(_, on)| *on) {
         return Err(ApiError::Invalid(format!(
             "`{name}` is not available: this model has no such stage"
         )));
+    }
+    let block_candidates = req.block_candidates.map(JsonInt::usize);
+    if block_candidates == Some(0) {
+        return Err(ApiError::Invalid(
+            "block_candidates must be at least 1".into(),
+        ));
     }
     let mut idx = Vec::with_capacity(req.features.len());
     let mut val = Vec::with_capacity(req.features.len());
@@ -164,6 +170,7 @@ fn prepare(
             beam,
             early_stop,
             deadline_us: req.deadline_us.map(|d| d.0),
+            block_candidates,
         },
     ))
 }
@@ -196,7 +203,9 @@ fn predict_one(
                 "depth": out.depth,
                 "depths": out.depths,
                 "nodes_evaluated": out.nodes_evaluated,
-                "block": Value::Null,
+                "block": out.blocks.first().map_or(Value::Null, |&b| json!(b)),
+                "blocks": out.blocks,
+                "classifiers_evaluated": out.outputs_evaluated,
                 "early_stopped": out.early_stopped,
                 "beam_capped": out.beam_capped,
                 "deadline_hit": out.deadline_hit,

@@ -8,7 +8,8 @@ use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, LabelId};
-use crate::model::{Created, MODEL_FORMAT, ModelMeta, tree_section};
+use crate::model::{Created, MODEL_FORMAT, ModelMeta};
+use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
 use crate::tree::freq::label_frequencies;
@@ -39,6 +40,9 @@ pub enum TrainError {
     /// The bundle could not be written.
     #[error(transparent)]
     Bundle(#[from] FormatError),
+    /// The BP stage failed.
+    #[error("BP: {0}")]
+    Bp(String),
 }
 
 /// Progress callbacks, so the CLI can show bars and tests can stay quiet.
@@ -61,8 +65,10 @@ impl Progress for Quiet {
 /// What training produced, before it is written.
 #[derive(Debug)]
 pub struct Trained {
-    /// The trees' arrays.
+    /// The trees' arrays (none when BP is on: the blocks hold the models).
     pub trees: Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+    /// The BP router and block models, when BP is on.
+    pub bp: Option<BpArrays<Vec<u32>, Vec<f32>>>,
     /// Training-set count of each label (for propensities and rare-label handling).
     pub label_counts: Vec<u32>,
     /// Label names, when known.
@@ -77,7 +83,7 @@ impl Trained {
     /// Lays the model out as a bundle; the writer borrows the arrays.
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
-        add_arrays(&mut w, &self.trees, &self.label_counts)?;
+        add_arrays(&mut w, &self.trees, self.bp.as_ref(), &self.label_counts)?;
         add_names(
             &mut w,
             self.label_names.as_deref(),
@@ -144,71 +150,47 @@ pub fn train(
         }
     }
     let mut seconds = serde_json::Map::new();
-    // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
-    // exactly what they were before the λ split existed.
-    let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
-    let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
-    for t in 0..cfg.trees {
-        let seed = cfg
-            .seed
-            .wrapping_add(t as u64)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let start = Instant::now();
-        let layout = match cfg.model {
-            ModelKind::Flat => single_leaf(ds.n_labels())?,
-            ModelKind::Tree => {
-                progress.phase(&format!("tree {t}: label partition"), 1);
-                let emb = pifa_embeddings(ds);
-                let mut params = TreeParams {
-                    branching: cfg.branching,
-                    max_leaf: cfg.max_leaf,
-                    seed,
-                    ..TreeParams::DEFAULT
-                };
-                let layout = match &freqs {
-                    Some(freqs) => {
-                        params.strategy = SplitStrategy::Weighted {
-                            lambda: cfg.lambda,
-                            gamma: cfg.gamma,
-                        };
-                        build_tree_weighted(&emb, &params, freqs)?
-                    }
-                    None => build_tree(&emb, &params)?,
-                };
-                progress.step();
-                layout
-            }
-        };
-        seconds.insert(
-            format!("tree{t}_partition"),
-            start.elapsed().as_secs_f64().into(),
-        );
-        let start = Instant::now();
-        progress.phase(&format!("tree {t}: classifiers"), layout.n_nodes() as u64);
-        let solver = crate::linear::SolverParams { seed, ..cfg.solver };
-        let arrays = train_tree(ds, &layout, &solver, &|| progress.step())
-            .map_err(|source| TrainError::Tree { tree: t, source })?;
-        seconds.insert(
-            format!("tree{t}_classifiers"),
-            start.elapsed().as_secs_f64().into(),
-        );
-        tree_stats.push(serde_json::json!({
-            "nodes": layout.n_nodes(),
-            "leaves": (0..layout.n_nodes()).filter(|&i| layout.is_leaf(i)).count(),
-            "leaf_depth_histogram": layout
-                .depth_histogram()
-                .iter()
-                .map(|d| d.leaves)
-                .collect::<Vec<_>>(),
-            "weights": arrays.chunks.n_weights(),
-        }));
-        trees.push(arrays);
+    let mut bp = None;
+    if cfg.bp {
+        let trained = crate::router::train_bp(ds, cfg, progress)?;
+        for (name, s) in &trained.seconds {
+            seconds.insert(name.clone(), (*s).into());
+        }
+        tree_stats = trained.block_stats.clone();
+        bp = Some(trained);
+    } else {
+        // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
+        // exactly what they were before the λ split existed.
+        let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
+        let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
+        for t in 0..cfg.trees {
+            let seed = cfg
+                .seed
+                .wrapping_add(t as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let one = train_one_tree(
+                ds,
+                cfg,
+                cfg.model,
+                freqs.as_ref(),
+                seed,
+                progress,
+                &t.to_string(),
+            )
+            .map_err(|e| e.for_tree(t))?;
+            seconds.insert(format!("tree{t}_partition"), one.partition_s.into());
+            seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
+            tree_stats.push(one.stats);
+            trees.push(one.arrays);
+        }
     }
     let label_counts = label_counts(ds);
+    let bp_arrays = bp.as_ref().map(|b| &b.arrays);
     let version = content_hash(
         &trees,
+        bp_arrays,
         &label_counts,
         inputs.label_names.as_deref(),
         inputs.feature_names.as_deref(),
@@ -237,6 +219,7 @@ pub fn train(
         },
         heldout: None,
         tree_stats,
+        bp: bp.as_ref().map(|b| b.meta.clone()),
         created: Created {
             unix_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -247,6 +230,7 @@ pub fn train(
     };
     Ok(Trained {
         trees,
+        bp: bp.map(|b| b.arrays),
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
@@ -254,8 +238,102 @@ pub fn train(
     })
 }
 
+/// One trained tree, with its statistics and timings.
+pub(crate) struct OneTree {
+    /// Its arrays.
+    pub arrays: TreeArrays<Vec<u32>, Vec<f32>>,
+    /// Node, leaf, depth and weight counts for the metadata.
+    pub stats: serde_json::Value,
+    /// Seconds spent on the label partition.
+    pub partition_s: f64,
+    /// Seconds spent on the node classifiers.
+    pub classifiers_s: f64,
+}
+
+/// Why one tree failed, before the caller says which tree it was.
+pub(crate) enum OneTreeError {
+    Layout(TreeError),
+    Classifiers(TreeTrainError),
+}
+
+impl OneTreeError {
+    /// The trainer's error for tree `t` of the ensemble.
+    pub fn for_tree(self, t: usize) -> TrainError {
+        match self {
+            OneTreeError::Layout(e) => TrainError::Layout(e),
+            OneTreeError::Classifiers(source) => TrainError::Tree { tree: t, source },
+        }
+    }
+}
+
+/// Trains one model of kind `kind` on `ds`: a label tree (balanced, or λ-weighted with `freqs`)
+/// or a flat one-leaf tree, then its classifiers. `name` labels the progress phases.
+pub(crate) fn train_one_tree(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    kind: ModelKind,
+    freqs: Option<&crate::tree::LabelFrequencies>,
+    seed: u64,
+    progress: &dyn Progress,
+    name: &str,
+) -> Result<OneTree, OneTreeError> {
+    let start = Instant::now();
+    let layout = match kind {
+        ModelKind::Flat => single_leaf(ds.n_labels()).map_err(OneTreeError::Layout)?,
+        ModelKind::Tree => {
+            progress.phase(&format!("tree {name}: label partition"), 1);
+            let emb = pifa_embeddings(ds);
+            let mut params = TreeParams {
+                branching: cfg.branching,
+                max_leaf: cfg.max_leaf,
+                seed,
+                ..TreeParams::DEFAULT
+            };
+            let layout = match freqs {
+                Some(freqs) => {
+                    params.strategy = SplitStrategy::Weighted {
+                        lambda: cfg.lambda,
+                        gamma: cfg.gamma,
+                    };
+                    build_tree_weighted(&emb, &params, freqs)
+                }
+                None => build_tree(&emb, &params),
+            }
+            .map_err(OneTreeError::Layout)?;
+            progress.step();
+            layout
+        }
+    };
+    let partition_s = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    progress.phase(
+        &format!("tree {name}: classifiers"),
+        layout.n_nodes() as u64,
+    );
+    let solver = crate::linear::SolverParams { seed, ..cfg.solver };
+    let arrays =
+        train_tree(ds, &layout, &solver, &|| progress.step()).map_err(OneTreeError::Classifiers)?;
+    let classifiers_s = start.elapsed().as_secs_f64();
+    let stats = serde_json::json!({
+        "nodes": layout.n_nodes(),
+        "leaves": (0..layout.n_nodes()).filter(|&i| layout.is_leaf(i)).count(),
+        "leaf_depth_histogram": layout
+            .depth_histogram()
+            .iter()
+            .map(|d| d.leaves)
+            .collect::<Vec<_>>(),
+        "weights": arrays.chunks.n_weights(),
+    });
+    Ok(OneTree {
+        arrays,
+        stats,
+        partition_s,
+        classifiers_s,
+    })
+}
+
 /// The layout of a flat model: the root is the only node, a leaf holding every label.
-fn single_leaf(n_labels: usize) -> Result<TreeLayout, TreeError> {
+pub(crate) fn single_leaf(n_labels: usize) -> Result<TreeLayout, TreeError> {
     let n = u32::try_from(n_labels).map_err(|_| TreeError::InvalidParam {
         name: "n_labels",
         reason: format!("{n_labels} labels do not fit u32 ids"),
@@ -289,35 +367,54 @@ fn add_names<'a>(
 fn add_arrays<'a>(
     w: &mut BundleWriter<'a>,
     trees: &'a [TreeArrays<Vec<u32>, Vec<f32>>],
+    bp: Option<&'a BpArrays<Vec<u32>, Vec<f32>>>,
     label_counts: &'a [u32],
 ) -> Result<(), FormatError> {
     w.add_u32("labels.train_count", label_counts)?;
     for (t, a) in trees.iter().enumerate() {
-        let s = |name: &str| tree_section(t, name);
-        w.add_u32(&s("node_info"), &a.node_info)?;
-        w.add_u32(&s("out_start"), &a.out_start)?;
-        w.add_u32(&s("out_ids"), &a.out_ids)?;
-        w.add_f32(&s("out_bias"), &a.out_bias)?;
-        w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
-        w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
-        w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
-        w.add_u32(&s("chunk.entry_out"), &a.chunks.entry_out)?;
-        w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
-        w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
-        w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
+        add_tree(w, &format!("tree.{t}"), a)?;
     }
+    if let Some(bp) = bp {
+        add_tree(w, crate::router::ROUTER_PREFIX, &bp.router)?;
+        for (b, block) in bp.blocks.iter().enumerate() {
+            w.add_u32(&crate::router::block_labels_section(b), &block.labels)?;
+            add_tree(w, &crate::router::block_tree_prefix(b), &block.tree)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds one tree's arrays as sections `{prefix}.{array}`.
+fn add_tree<'a>(
+    w: &mut BundleWriter<'a>,
+    prefix: &str,
+    a: &'a TreeArrays<Vec<u32>, Vec<f32>>,
+) -> Result<(), FormatError> {
+    let s = |name: &str| format!("{prefix}.{name}");
+    w.add_u32(&s("node_info"), &a.node_info)?;
+    w.add_u32(&s("out_start"), &a.out_start)?;
+    w.add_u32(&s("out_ids"), &a.out_ids)?;
+    w.add_f32(&s("out_bias"), &a.out_bias)?;
+    w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
+    w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
+    w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
+    w.add_u32(&s("chunk.entry_out"), &a.chunks.entry_out)?;
+    w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
+    w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
+    w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
     Ok(())
 }
 
 /// The model's version: a content hash of every section but `meta`.
 fn content_hash(
     trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
+    bp: Option<&BpArrays<Vec<u32>, Vec<f32>>>,
     label_counts: &[u32],
     label_names: Option<&[String]>,
     feature_names: Option<&[String]>,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
-    add_arrays(&mut w, trees, label_counts)?;
+    add_arrays(&mut w, trees, bp, label_counts)?;
     add_names(&mut w, label_names, feature_names)?;
     let digest = Sha256::digest(w.to_bytes()?);
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())

@@ -170,6 +170,9 @@ impl Ord for Ranked {
 pub struct SearchStats {
     /// Nodes whose classifiers were evaluated.
     pub nodes_evaluated: u32,
+    /// Classifiers evaluated: the outputs (children or labels) of every node evaluated. For a
+    /// flat model this is the number of labels scored.
+    pub outputs_evaluated: u32,
     /// The early-stopping bound skipped part of the tree (the search stopped with nodes left, or
     /// left children unqueued).
     pub early_stopped: bool,
@@ -394,6 +397,7 @@ where
             self.score_node(node, q_idx, q_val, dense, &mut scratch.acc);
             stats.nodes_evaluated += 1;
             let outs = self.outputs(node);
+            stats.outputs_evaluated += outs.len() as u32;
             if self.is_leaf(node) {
                 for (&label, &s) in outs.iter().zip(&scratch.acc) {
                     let cand = Ranked {
@@ -456,6 +460,7 @@ where
                 self.score_node(node, q_idx, q_val, dense, &mut scratch.acc);
                 stats.nodes_evaluated += 1;
                 let outs = self.outputs(node);
+                stats.outputs_evaluated += outs.len() as u32;
                 if self.is_leaf(node) {
                     let depth = self.depth(node) + 1;
                     scratch.candidates.extend(

@@ -1,0 +1,102 @@
+//! The BP instance router (Liang, Hsieh & Lee 2023, "Fast block-wise partitioning"): the request
+//! path's first decision.
+//!
+//! Training points are partitioned into q blocks, each paired with an overlapping cluster of its
+//! most frequent labels ([`partition`]: sparse k-means initialisation, then alternating
+//! minimisation of objective (1)). A one-vs-all linear router over the q blocks sends a query to
+//! its best block (or best `block_candidates` blocks), and only that block's model, a label tree
+//! or flat one-vs-all over the block's points and labels, is searched. [`train`] holds the
+//! trainer (the choice of q and of λ_bp by cross-validation included), [`view`] the stored form
+//! and the query-time search.
+
+pub mod partition;
+pub mod train;
+pub mod view;
+
+pub use train::{BpTrained, train_bp};
+pub use view::{BlockArrays, BpArrays, BpQuery, BpScratch, BpStats, BpViewError};
+
+use crate::config::ModelKind;
+use serde::{Deserialize, Serialize};
+
+/// The section prefix of the router's tree arrays.
+pub const ROUTER_PREFIX: &str = "bp.router";
+
+/// The section prefix of block `b`'s model (short: section names are at most 32 bytes).
+pub fn block_tree_prefix(b: usize) -> String {
+    format!("bp.{b}.t")
+}
+
+/// The section name of block `b`'s label map (local id → global id).
+pub fn block_labels_section(b: usize) -> String {
+    format!("bp.{b}.labels")
+}
+
+/// What the metadata records about the BP stage (`meta.bp`; absent when BP is off).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BpMeta {
+    /// The number of blocks.
+    pub q: usize,
+    /// λ_bp.
+    pub lambda: f64,
+    /// `configured` or `cross-validation`.
+    pub lambda_source: String,
+    /// The model of each block.
+    pub block_model: ModelKind,
+    /// Training points per block.
+    pub block_points: Vec<usize>,
+    /// Labels per block (the label cluster sizes).
+    pub block_labels: Vec<usize>,
+    /// The share of the training label occurrences the blocks' label clusters capture.
+    pub captured_frac: f64,
+    /// Objective (1) at the end of the alternation.
+    pub objective: f64,
+    /// Alternation rounds.
+    pub rounds: usize,
+    /// Each q tried by the automatic choice (empty when q was configured).
+    pub q_search: Vec<QTry>,
+    /// The λ_bp cross-validation, when λ_bp was not configured.
+    pub cv: Option<CvReport>,
+}
+
+/// One q of the automatic choice of q.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QTry {
+    /// q.
+    pub q: usize,
+    /// Whether some block came out with no points or no labels.
+    pub empty_block: bool,
+    /// The share of label occurrences captured.
+    pub captured_frac: f64,
+}
+
+/// The k-fold cross-validation that chose λ_bp.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CvReport {
+    /// The number of folds.
+    pub folds: usize,
+    /// The tolerated P@1 loss.
+    pub tolerance: f64,
+    /// One entry per λ_bp tried.
+    pub grid: Vec<CvPoint>,
+    /// The chosen λ_bp: the largest whose loss is within the tolerance on every fold (the
+    /// intersection of the folds' intervals, §3.3), else the one with the smallest worst loss.
+    pub chosen: f64,
+}
+
+/// The fold scores of one λ_bp.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CvPoint {
+    /// λ_bp.
+    pub lambda: f64,
+    /// Per fold: q.
+    pub q: Vec<usize>,
+    /// Per fold: held-out P@1 of the fold's flat model over all labels.
+    pub p1_full: Vec<f64>,
+    /// Per fold: held-out P@1 of the same model restricted to the routed block's labels.
+    pub p1_bp: Vec<f64>,
+    /// Per fold: mean classifier evaluations per query (q + the routed block's labels).
+    pub evals_mean: Vec<f64>,
+    /// Whether the loss is within the tolerance on every fold.
+    pub within: bool,
+}

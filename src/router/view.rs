@@ -1,0 +1,257 @@
+//! The stored BP stage and its query-time half: route a query to its best block(s), then search
+//! only those blocks' models.
+//!
+//! | section | type | what |
+//! | --- | --- | --- |
+//! | `bp.router.*` | tree arrays | the router: one leaf whose q outputs are the blocks, a one-vs-all linear classifier |
+//! | `bp.{b}.labels` | u32 | block b's label cluster: local label id → global label id, strictly increasing |
+//! | `bp.{b}.t.*` | tree arrays | block b's model over local label ids (a flat model is a one-leaf tree) |
+//!
+//! The tree arrays are those of [`TreeArrays`] under the given prefix. Everything is validated at
+//! open: the router is a valid tree over q "labels", each block tree is valid over its cluster's
+//! size, and every global label id is below L.
+
+use crate::linear::Loss;
+use crate::tree::view::{SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError};
+use thiserror::Error;
+
+/// Why stored BP sections were refused.
+#[derive(Debug, Error, PartialEq)]
+pub enum BpViewError {
+    /// The router's arrays are invalid.
+    #[error("BP router: {0}")]
+    Router(TreeViewError),
+    /// The router is not a single leaf over the q blocks.
+    #[error("BP router: {0}")]
+    RouterShape(String),
+    /// A block's model is invalid.
+    #[error("BP block {block}: {source}")]
+    Block {
+        /// The block.
+        block: usize,
+        /// What is wrong.
+        source: TreeViewError,
+    },
+    /// A block's label map is invalid.
+    #[error("BP block {block} labels: {what}")]
+    Labels {
+        /// The block.
+        block: usize,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// One block: its model over local label ids and the map to global ids.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockArrays<U, F> {
+    /// Local label id → global label id, strictly increasing.
+    pub labels: U,
+    /// The block's model over local label ids.
+    pub tree: TreeArrays<U, F>,
+}
+
+/// The BP stage: the router and one model per block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BpArrays<U, F> {
+    /// A single leaf whose outputs are the blocks.
+    pub router: TreeArrays<U, F>,
+    /// The blocks, in router output order.
+    pub blocks: Vec<BlockArrays<U, F>>,
+}
+
+/// Per-query buffers of the BP search (no allocation once warm).
+#[derive(Debug, Default)]
+pub struct BpScratch {
+    search: SearchScratch,
+    routed: Vec<(u32, f32)>,
+}
+
+/// What one BP search did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BpStats {
+    /// The searches' statistics summed over the router and the blocks searched (`early_stopped`:
+    /// in every block searched).
+    pub search: SearchStats,
+}
+
+/// How one query searches the blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct BpQuery<'a> {
+    /// The early-stopping search's limits within a block (or `k` and `beam` for the beam search).
+    pub limits: &'a SearchLimits,
+    /// Early stopping (true) or the level-wise beam search.
+    pub early_stop: bool,
+    /// How many blocks to search (clamped to 1..=q).
+    pub blocks: usize,
+    /// The loss the classifiers were trained with.
+    pub loss: Loss,
+}
+
+impl<U, F> BpArrays<U, F>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+{
+    /// The number of blocks q.
+    pub fn q(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Checks the router and every block against `n_labels` labels and `n_features` features.
+    pub fn validate(&self, n_labels: usize, n_features: usize) -> Result<(), BpViewError> {
+        let q = self.q();
+        if q == 0 {
+            return Err(BpViewError::RouterShape("there are no blocks".into()));
+        }
+        self.router
+            .validate(q, n_features)
+            .map_err(BpViewError::Router)?;
+        if self.router.n_nodes() != 1
+            || !self.router.is_leaf(0)
+            || self.router.outputs(0).len() != q
+        {
+            return Err(BpViewError::RouterShape(format!(
+                "expected one leaf with {q} outputs, found {} nodes",
+                self.router.n_nodes()
+            )));
+        }
+        for (b, block) in self.blocks.iter().enumerate() {
+            let labels: &[u32] = &block.labels;
+            if labels.is_empty() {
+                return Err(BpViewError::Labels {
+                    block: b,
+                    what: "the label cluster is empty".into(),
+                });
+            }
+            if let Some(&l) = labels.iter().find(|&&l| l as usize >= n_labels) {
+                return Err(BpViewError::Labels {
+                    block: b,
+                    what: format!("label id {l} is not below {n_labels}"),
+                });
+            }
+            if labels.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(BpViewError::Labels {
+                    block: b,
+                    what: "label ids are not strictly increasing".into(),
+                });
+            }
+            block
+                .tree
+                .validate(labels.len(), n_features)
+                .map_err(|source| BpViewError::Block { block: b, source })?;
+        }
+        Ok(())
+    }
+
+    /// Routes the prepared query (`q_idx`/`q_val` sorted, `dense` its dense copy) to its best
+    /// `query.blocks` blocks and searches them, writing `(global label, log-probability, depth)`
+    /// candidates into `cands` and the blocks searched, best first, into `blocks_out`.
+    ///
+    /// The router is the root of a two-level tree: a label's log-probability is its block's
+    /// router log-probability plus its log-probability within the block, so labels of different
+    /// blocks compare on one scale (a label found in several blocks keeps its best). Without the
+    /// router's term a confident label of a poorly matching block would outrank the best block's
+    /// labels.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search(
+        &self,
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        query: &BpQuery<'_>,
+        scratch: &mut BpScratch,
+        cands: &mut Vec<(u32, f32, u32)>,
+        blocks_out: &mut Vec<u32>,
+    ) -> BpStats {
+        let router = self.router.borrowed();
+        let b = query.blocks.clamp(1, self.q());
+        let route_limits = SearchLimits {
+            k: b,
+            beam: usize::MAX,
+            deadline: None,
+        };
+        let mut total = router.early_stop_search(
+            q_idx,
+            q_val,
+            dense,
+            query.loss,
+            &route_limits,
+            &mut scratch.search,
+        );
+        total.early_stopped = true;
+        scratch.routed.clear();
+        scratch.routed.extend(
+            scratch
+                .search
+                .candidates
+                .iter()
+                .map(|&(blk, s, _)| (blk, s)),
+        );
+        scratch
+            .routed
+            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        cands.clear();
+        blocks_out.clear();
+        for &(blk, route_logp) in &scratch.routed {
+            // Router outputs are validated to be below q at open.
+            let block = &self.blocks[blk as usize];
+            let tree = block.tree.borrowed();
+            let stats = if query.early_stop {
+                tree.early_stop_search(
+                    q_idx,
+                    q_val,
+                    dense,
+                    query.loss,
+                    query.limits,
+                    &mut scratch.search,
+                )
+            } else {
+                tree.beam_search(
+                    q_idx,
+                    q_val,
+                    dense,
+                    query.loss,
+                    query.limits.beam,
+                    &mut scratch.search,
+                )
+            };
+            total.nodes_evaluated += stats.nodes_evaluated;
+            total.outputs_evaluated += stats.outputs_evaluated;
+            total.early_stopped &= stats.early_stopped;
+            total.beam_capped |= stats.beam_capped;
+            total.deadline_hit |= stats.deadline_hit;
+            let map: &[u32] = &block.labels;
+            cands.extend(
+                scratch
+                    .search
+                    .candidates
+                    .iter()
+                    .map(|&(l, s, d)| (map[l as usize], route_logp + s, d)),
+            );
+            blocks_out.push(blk);
+        }
+        if blocks_out.len() > 1 {
+            keep_best_per_label(cands);
+        }
+        BpStats { search: total }
+    }
+}
+
+/// Keeps one candidate per label, the best-scoring (ties: the shallower), in label order.
+fn keep_best_per_label(cands: &mut Vec<(u32, f32, u32)>) {
+    cands.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
+    cands.dedup_by_key(|c| c.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_blocks_keep_the_best_score_per_label() {
+        let mut c = vec![(4, -0.5, 1), (2, -0.1, 1), (4, -0.2, 2), (2, -0.3, 1)];
+        keep_best_per_label(&mut c);
+        assert_eq!(c, vec![(2, -0.1, 1), (4, -0.2, 2)]);
+    }
+}

@@ -1,0 +1,185 @@
+//! The BP instance router end to end: train on vendored real data, open the bundle, route and
+//! predict; the edge cases of the issue (q = 1, `block_candidates` > q, bad sections at open).
+// Helpers outside #[test] functions unwrap too: this is test code.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{load, p_at_1, p_at_1_with, train_with};
+use xmc::bundle::Bundle;
+use xmc::config::TrainConfig;
+use xmc::model::{Model, ModelError, PredictOptions};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
+
+/// A quick BP model: two flat blocks with small label clusters.
+const SMALL: &[&str] = &["bp=on", "block_model=flat", "bp_lambda=1", "bp_q=2"];
+
+/// The same BP configuration as the first test's.
+const FLAT4: &[&str] = &["bp=on", "block_model=flat", "bp_lambda=0.3", "bp_q=4"];
+
+fn open(trained: &Trained) -> Result<Model, ModelError> {
+    Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap())
+}
+
+#[test]
+fn flat_blocks_route_to_one_block_and_score_only_its_labels() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let trained = train_with(&train, FLAT4);
+    let model = open(&trained).unwrap();
+    let bp = model.bp().unwrap();
+    let meta = model.meta().bp.clone().unwrap();
+    assert_eq!(bp.q(), meta.q);
+    assert!(meta.q >= 2 && meta.q <= 4, "q = {}", meta.q);
+    assert_eq!(meta.block_labels.len(), meta.q);
+    assert_eq!(meta.block_points.iter().sum::<usize>(), train.n_points());
+    let opts = PredictOptions::default();
+    for i in 0..50 {
+        let (idx, val) = test.feature_row(i);
+        let p = model.predict(idx, val, &opts).unwrap();
+        assert_eq!(p.blocks.len(), 1);
+        let b = p.blocks[0] as usize;
+        let cluster: &[u32] = &bp.blocks[b].labels;
+        assert!(p.labels.iter().all(|l| cluster.binary_search(&l.0).is_ok()));
+        // The router's q classifiers, then one per label of the block.
+        assert_eq!(p.outputs_evaluated as usize, meta.q + cluster.len());
+        assert_eq!(p.nodes_evaluated, 2);
+    }
+    // The most frequent label alone scores about 0.13 on this split.
+    let p1 = p_at_1_with(&model, &test, &opts);
+    assert!(p1 > 0.2, "P@1 = {p1}");
+    // Same data, config and seed: the same bundle.
+    let again = train_with(&train, FLAT4);
+    assert_eq!(again.meta.version, trained.meta.version);
+}
+
+#[test]
+fn block_candidates_merge_and_saturate_at_q() {
+    let train = load("Corel5k", "train");
+    let trained = train_with(
+        &train,
+        &["bp=on", "block_model=flat", "bp_lambda=0.3", "bp_q=3"],
+    );
+    let model = open(&trained).unwrap();
+    let q = model.bp().unwrap().q();
+    let (idx, val) = train.feature_row(7);
+    let mut all_labels = 0;
+    for b in [1, 2, q, q + 5, usize::MAX] {
+        let opts = PredictOptions {
+            k: 10,
+            block_candidates: Some(b),
+            ..PredictOptions::default()
+        };
+        let p = model.predict(idx, val, &opts).unwrap();
+        assert_eq!(p.blocks.len(), b.min(q), "block_candidates = {b}");
+        let mut seen = p.blocks.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), p.blocks.len(), "each block searched once");
+        let mut labels: Vec<u32> = p.labels.iter().map(|l| l.0).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), p.labels.len(), "merged labels are distinct");
+        assert!(p.scores.windows(2).all(|w| w[0] >= w[1]));
+        if b >= q {
+            all_labels = all_labels.max(p.outputs_evaluated);
+        }
+    }
+    let total: usize = model
+        .bp()
+        .unwrap()
+        .blocks
+        .iter()
+        .map(|b| b.labels.len())
+        .sum();
+    assert_eq!(all_labels as usize, q + total);
+}
+
+#[test]
+fn one_block_is_the_top_labels_and_a_tree_block_model_works() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let trained = train_with(&train, &["bp=on", "bp_lambda=0.1", "bp_q=1", "max_leaf=10"]);
+    let model = open(&trained).unwrap();
+    let bp = model.bp().unwrap();
+    assert_eq!(bp.q(), 1);
+    assert!(model.meta().bp.as_ref().unwrap().block_model == xmc::config::ModelKind::Tree);
+    let (idx, val) = test.feature_row(0);
+    let p = model.predict(idx, val, &PredictOptions::default()).unwrap();
+    assert_eq!(p.blocks, vec![0]);
+    assert!(p.nodes_evaluated > 2, "a tree below the router");
+    assert!(p_at_1(&model, &test) > 0.2);
+}
+
+#[test]
+fn bad_bp_sections_are_refused_at_open() {
+    let train = load("Corel5k", "train");
+    let good = train_with(&train, SMALL);
+    let n_labels = good.meta.n_labels as u32;
+
+    let mut bad = train_with(&train, SMALL);
+    let labels = &mut bad.bp.as_mut().unwrap().blocks[0].labels;
+    *labels.last_mut().unwrap() = n_labels;
+    let err = open(&bad).unwrap_err();
+    assert!(matches!(err, ModelError::Bp(_)), "{err}");
+    assert!(err.to_string().contains("not below"), "{err}");
+
+    let mut bad = train_with(&train, SMALL);
+    bad.bp.as_mut().unwrap().blocks[1].labels.reverse();
+    let err = open(&bad).unwrap_err();
+    assert!(err.to_string().contains("increasing"), "{err}");
+
+    // The metadata says more blocks than the bundle holds.
+    let mut bad = train_with(&train, SMALL);
+    bad.meta.bp.as_mut().unwrap().q = 3;
+    assert!(open(&bad).is_err());
+    assert!(open(&good).is_ok());
+}
+
+#[test]
+fn a_lambda_that_empties_every_cluster_is_a_clear_error() {
+    let train = load("Corel5k", "train");
+    let cfg = TrainConfig::load(
+        None,
+        &["bp=on".into(), "bp_lambda=1e9".into(), "bp_q=2".into()],
+    )
+    .unwrap();
+    let err = train::train(&train, &cfg, TrainInputs::default(), &Quiet).unwrap_err();
+    assert!(err.to_string().contains("bp_lambda"), "{err}");
+    let err = TrainConfig::load(None, &["bp=on".into(), "trees=2".into()]).unwrap_err();
+    assert!(err.to_string().contains("`bp`"), "{err}");
+}
+
+#[test]
+fn cross_validation_records_its_fold_scores() {
+    let train = load("Corel5k", "train");
+    let trained = train_with(
+        &train,
+        &["bp=on", "block_model=flat", "bp_folds=2", "bp_q=3"],
+    );
+    let bp = trained.meta.bp.clone().unwrap();
+    assert_eq!(bp.lambda_source, "cross-validation");
+    let cv = bp.cv.unwrap();
+    assert_eq!(cv.folds, 2);
+    assert!(cv.grid.iter().any(|p| p.lambda == cv.chosen));
+    assert_eq!(bp.lambda, cv.chosen);
+    for p in &cv.grid {
+        assert_eq!(p.p1_bp.len(), 2);
+        assert_eq!(p.p1_full.len(), 2);
+        // `within` is the tolerance test on every fold's loss.
+        let worst = p
+            .p1_full
+            .iter()
+            .zip(&p.p1_bp)
+            .map(|(a, b)| a - b)
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(p.within, worst <= cv.tolerance);
+    }
+    // The chosen λ is the largest within tolerance when one is.
+    if let Some(largest) = cv.grid.iter().rev().find(|p| p.within).map(|p| p.lambda) {
+        assert_eq!(cv.chosen, largest);
+    }
+    // Smaller λ keeps at least as many labels per query on average.
+    let evals: Vec<f64> = cv.grid.iter().map(|p| p.evals_mean[0]).collect();
+    assert!(evals.first() >= evals.last(), "{evals:?}");
+}

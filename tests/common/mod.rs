@@ -1,0 +1,49 @@
+//! Helpers shared by the end-to-end tests: the vendored data sets and training with overrides.
+// Not every test binary uses every helper.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use xmc::config::TrainConfig;
+use xmc::data::{self, Dataset};
+use xmc::model::{Model, PredictOptions};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
+
+/// The path of a vendored split, e.g. `vendored("Corel5k", "train")`.
+pub fn vendored(set: &str, split: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(set)
+        .join(format!("{split}.txt.gz"))
+}
+
+/// A vendored split with L2-normalized rows, as the trainer sees it.
+pub fn load(set: &str, split: &str) -> Dataset {
+    let mut ds = data::read_xc_file(&vendored(set, split)).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    ds
+}
+
+/// Trains on `ds` with the defaults and `overrides` (`key=value`).
+pub fn train_with(ds: &Dataset, overrides: &[&str]) -> Trained {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    let cfg = TrainConfig::load(None, &overrides).unwrap();
+    train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+}
+
+/// P@1 of `model` on `ds` with the default prediction options.
+pub fn p_at_1(model: &Model, ds: &Dataset) -> f64 {
+    p_at_1_with(model, ds, &PredictOptions::default())
+}
+
+/// P@1 of `model` on `ds` with `opts`.
+pub fn p_at_1_with(model: &Model, ds: &Dataset, opts: &PredictOptions) -> f64 {
+    let mut hits = 0;
+    for i in 0..ds.n_points() {
+        let (idx, val) = ds.feature_row(i);
+        let p = model.predict(idx, val, opts).unwrap();
+        if let Some(top) = p.labels.first() {
+            hits += usize::from(ds.label_row(i).contains(&top.0));
+        }
+    }
+    hits as f64 / ds.n_points() as f64
+}
