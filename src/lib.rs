@@ -11,6 +11,8 @@
 //! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
 //! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
 //!   It is the only module allowed `unsafe`.
+//! - [`defrag`]: DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking: the
+//!   feature clustering at training time and the validated view the request path applies.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //!
@@ -21,6 +23,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod data;
+pub mod defrag;
 pub mod eval;
 pub mod linear;
 pub mod model;

@@ -14,6 +14,7 @@ pub use query::QueryError;
 
 use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
+use crate::defrag::view::{DefragView, DefragViewError};
 use crate::linear::Loss;
 use crate::tree::chunk::Chunks;
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
@@ -33,6 +34,14 @@ pub enum ModelError {
     /// The metadata is not an xmc model's.
     #[error("bundle metadata: {0}")]
     Meta(String),
+    /// A tree's DEFRAG sections are inconsistent.
+    #[error("tree {tree}: DEFRAG sections: {source}")]
+    Defrag {
+        /// The tree's index in the ensemble.
+        tree: usize,
+        /// What is wrong.
+        source: DefragViewError,
+    },
     /// A tree's arrays are inconsistent.
     #[error("tree {tree}: {source}")]
     Tree {
@@ -57,6 +66,17 @@ pub struct PredictOptions {
     /// With early stopping: return the best labels found once this many microseconds have
     /// passed since the prediction started, and flag it.
     pub deadline_us: Option<u64>,
+    /// REFRAG reranking of the search's candidates (`None`: the model's default).
+    pub rerank: Option<bool>,
+    /// FIAT imputation of the query (`None`: the model's default).
+    pub impute: Option<bool>,
+    /// How many candidates the search returns for reranking (`None`: the model's default; never
+    /// fewer than `k`).
+    pub candidates: Option<usize>,
+    /// REFRAG's α for this request (`None`: the model's).
+    pub rerank_alpha: Option<f32>,
+    /// REFRAG's γ_r for this request (`None`: the model's).
+    pub rerank_gamma: Option<f32>,
 }
 
 impl Default for PredictOptions {
@@ -66,6 +86,11 @@ impl Default for PredictOptions {
             beam: None,
             early_stop: true,
             deadline_us: None,
+            rerank: None,
+            impute: None,
+            candidates: None,
+            rerank_alpha: None,
+            rerank_gamma: None,
         }
     }
 }
@@ -102,6 +127,12 @@ pub struct Scratch {
     q_val: Vec<f32>,
     search: SearchScratch,
     merged: Vec<(u32, f32, u32)>,
+    /// The query in one member's agglomerated space, and the accumulator that builds it.
+    agg_idx: Vec<u32>,
+    agg_val: Vec<f32>,
+    acc: Vec<f32>,
+    /// Per candidate, the summed REFRAG affinity over the members.
+    affinity: Vec<f32>,
 }
 
 /// A loaded, validated model.
@@ -109,6 +140,7 @@ pub struct Model {
     bundle: Bundle,
     meta: ModelMeta,
     trees: Vec<MappedTree>,
+    defrag: Vec<MappedDefrag>,
     label_names: Option<Vec<String>>,
     feature_names: Option<Vec<String>>,
     train_counts: Section<u32>,
@@ -123,6 +155,19 @@ impl std::fmt::Debug for Model {
             .field("trees", &self.trees.len())
             .finish()
     }
+}
+
+/// One member's DEFRAG arrays as memory-mapped bundle sections.
+pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
+
+/// The section name of DEFRAG array `array` of tree `t` (`map`, `sizes`, `scale`).
+pub fn defrag_section(t: usize, array: &str) -> String {
+    format!("defrag.{t}.{array}")
+}
+
+/// The section name of REFRAG prototype array `array` of tree `t` (`start`, `idx`, `val`).
+pub fn refrag_section(t: usize, array: &str) -> String {
+    format!("refrag.{t}.{array}")
 }
 
 /// The section name of array `array` of tree `t`.
@@ -141,7 +186,40 @@ impl Model {
         let meta: ModelMeta = bundle.json("meta")?;
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
+        let mut defrag = Vec::new();
+        let dp = &meta.config.defrag;
         for t in 0..meta.trees {
+            let mut tree_features = meta.n_features;
+            if dp.on() {
+                let u = |a: &str| bundle.u32s(&defrag_section(t, a));
+                let r = |a: &str| bundle.u32s(&refrag_section(t, a));
+                let scale = if dp.fiat || dp.refrag {
+                    Some(bundle.f32s(&defrag_section(t, "scale"))?)
+                } else {
+                    None
+                };
+                let protos = if dp.refrag {
+                    Some((
+                        r("start")?,
+                        r("idx")?,
+                        bundle.f32s(&refrag_section(t, "val"))?,
+                    ))
+                } else {
+                    None
+                };
+                let view = DefragView::validate(
+                    u("map")?,
+                    u("sizes")?,
+                    scale,
+                    protos,
+                    meta.n_features,
+                    meta.n_labels,
+                    dp.average,
+                )
+                .map_err(|source| ModelError::Defrag { tree: t, source })?;
+                tree_features = view.n_clusters();
+                defrag.push(view);
+            }
             let u = |a: &str| bundle.u32s(&tree_section(t, a));
             let f = |a: &str| bundle.f32s(&tree_section(t, a));
             let tree = TreeArrays {
@@ -159,7 +237,7 @@ impl Model {
                     hash: u("chunk.hash")?,
                 },
             };
-            tree.validate(meta.n_labels, meta.n_features)
+            tree.validate(meta.n_labels, tree_features)
                 .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
@@ -187,6 +265,7 @@ impl Model {
             bundle,
             meta,
             trees,
+            defrag,
             label_names,
             feature_names,
             train_counts,
@@ -207,6 +286,11 @@ impl Model {
     /// The trees of the ensemble.
     pub fn trees(&self) -> &[MappedTree] {
         &self.trees
+    }
+
+    /// Per tree, its DEFRAG view (empty when the model has no feature clusters).
+    pub fn defrag(&self) -> &[MappedDefrag] {
+        &self.defrag
     }
 
     /// The label names, when the model has them.
@@ -234,6 +318,21 @@ impl Model {
         let deadline = options
             .deadline_us
             .map(|us| Instant::now() + Duration::from_micros(us));
+        let dp = &self.meta.config.defrag;
+        let rerank = options.rerank.unwrap_or(dp.refrag);
+        let impute = options.impute.unwrap_or(dp.fiat);
+        if rerank && !self.defrag.first().is_some_and(|v| v.has_prototypes()) {
+            return Err(QueryError::Unavailable {
+                option: "rerank",
+                stage: "REFRAG prototypes",
+            });
+        }
+        if impute && !self.defrag.first().is_some_and(|v| v.has_fiat()) {
+            return Err(QueryError::Unavailable {
+                option: "impute",
+                stage: "FIAT scales",
+            });
+        }
         query::prepare(
             idx,
             val,
@@ -242,43 +341,56 @@ impl Model {
             &mut scratch.q_idx,
             &mut scratch.q_val,
         )?;
+        // Every member's space has at most n_features dimensions (K = ⌈d/d0⌉ ≤ d).
         if scratch.dense.len() < self.meta.n_features {
             scratch.dense.resize(self.meta.n_features, 0.0);
         }
-        for (&i, &v) in scratch.q_idx.iter().zip(&scratch.q_val) {
-            scratch.dense[i as usize] = v;
+        if !self.defrag.is_empty() && scratch.acc.len() < self.meta.n_features {
+            scratch.acc.resize(self.meta.n_features, 0.0);
         }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
+        let search_k = if rerank {
+            options.k.max(options.candidates.unwrap_or(dp.candidates))
+        } else {
+            options.k
+        };
         let limits = SearchLimits {
-            k: options.k,
+            k: search_k,
             beam,
             deadline,
         };
         let mut nodes = 0;
         let (mut early, mut capped, mut late) = (true, false, false);
         scratch.merged.clear();
-        for tree in &self.trees {
+        for (t, tree) in self.trees.iter().enumerate() {
             let tree = tree.borrowed();
-            let stats = if options.early_stop {
-                tree.early_stop_search(
-                    &scratch.q_idx,
-                    &scratch.q_val,
-                    &scratch.dense,
-                    loss,
-                    &limits,
-                    &mut scratch.search,
-                )
-            } else {
-                tree.beam_search(
-                    &scratch.q_idx,
-                    &scratch.q_val,
-                    &scratch.dense,
-                    loss,
-                    beam,
-                    &mut scratch.search,
-                )
+            let (qi, qv) = match self.defrag.get(t) {
+                Some(view) => {
+                    view.apply(
+                        &scratch.q_idx,
+                        &scratch.q_val,
+                        impute,
+                        self.meta.normalize,
+                        &mut scratch.acc,
+                        &mut scratch.agg_idx,
+                        &mut scratch.agg_val,
+                    );
+                    (&scratch.agg_idx, &scratch.agg_val)
+                }
+                None => (&scratch.q_idx, &scratch.q_val),
             };
+            for (&i, &v) in qi.iter().zip(qv) {
+                scratch.dense[i as usize] = v;
+            }
+            let stats = if options.early_stop {
+                tree.early_stop_search(qi, qv, &scratch.dense, loss, &limits, &mut scratch.search)
+            } else {
+                tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)
+            };
+            for &i in qi {
+                scratch.dense[i as usize] = 0.0;
+            }
             nodes += stats.nodes_evaluated;
             early &= stats.early_stopped;
             capped |= stats.beam_capped;
@@ -291,16 +403,52 @@ impl Model {
                     .map(|&(l, logp, d)| (l, logp.exp(), d)),
             );
         }
-        for &i in &scratch.q_idx {
-            scratch.dense[i as usize] = 0.0;
-        }
         average_over_trees(&mut scratch.merged, self.trees.len());
+        if rerank {
+            let alpha = options.rerank_alpha.unwrap_or(dp.alpha);
+            let gamma = options.rerank_gamma.unwrap_or(dp.gamma_r);
+            self.rerank(impute, alpha, gamma, scratch);
+        }
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
         out.early_stopped = early;
         out.beam_capped = capped;
         out.deadline_hit = late;
         Ok(())
+    }
+
+    /// REFRAG: replaces each merged candidate's probability b_l by
+    /// exp(α·log b_l + (1−α)·log a_l), log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over
+    /// the members (each compares its own agglomerated query with its own prototype).
+    fn rerank(&self, impute: bool, alpha: f32, gamma: f32, scratch: &mut Scratch) {
+        scratch.affinity.clear();
+        scratch.affinity.resize(scratch.merged.len(), 0.0);
+        for view in &self.defrag {
+            view.apply(
+                &scratch.q_idx,
+                &scratch.q_val,
+                impute,
+                self.meta.normalize,
+                &mut scratch.acc,
+                &mut scratch.agg_idx,
+                &mut scratch.agg_val,
+            );
+            for (&i, &v) in scratch.agg_idx.iter().zip(&scratch.agg_val) {
+                scratch.dense[i as usize] = v;
+            }
+            for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
+                *a += view.affinity(c.0, &scratch.dense);
+            }
+            for &i in &scratch.agg_idx {
+                scratch.dense[i as usize] = 0.0;
+            }
+        }
+        let inv = 1.0 / self.defrag.len().max(1) as f32;
+        for (c, &a) in scratch.merged.iter_mut().zip(&scratch.affinity) {
+            let log_a = -gamma * (1.0 - a * inv);
+            let log_b = c.1.max(f32::MIN_POSITIVE).ln();
+            c.1 = (alpha * log_b + (1.0 - alpha) * log_a).exp();
+        }
     }
 
     /// Convenience wrapper around [`Model::predict_into`] that allocates.

@@ -74,9 +74,9 @@ pub struct PredictRequest {
     early_stop: Option<bool>,
     /// With early stopping: answer with the best labels found after this many microseconds.
     deadline_us: Option<JsonInt>,
-    /// REFRAG reranking; not in this model version.
+    /// REFRAG reranking (default: the model's); refused by a model without prototypes.
     rerank: Option<bool>,
-    /// FIAT imputation; not in this model version.
+    /// FIAT imputation (default: the model's); refused by a model without FIAT scales.
     impute: Option<bool>,
     /// BP router blocks to search; not in this model version.
     block_candidates: Option<JsonInt>,
@@ -132,15 +132,10 @@ fn prepare(
             "`deadline_us` needs `early_stop`: the level-wise beam search has no deadline".into(),
         ));
     }
-    let unsupported = [
-        ("rerank", req.rerank == Some(true)),
-        ("impute", req.impute == Some(true)),
-        ("block_candidates", req.block_candidates.is_some()),
-    ];
-    if let Some((name, _)) = unsupported.iter().find(|(_, on)| *on) {
-        return Err(ApiError::Invalid(format!(
-            "`{name}` is not available: this model has no such stage"
-        )));
+    if req.block_candidates.is_some() {
+        return Err(ApiError::Invalid(
+            "`block_candidates` is not available: this model has no such stage".into(),
+        ));
     }
     let mut idx = Vec::with_capacity(req.features.len());
     let mut val = Vec::with_capacity(req.features.len());
@@ -164,6 +159,11 @@ fn prepare(
             beam,
             early_stop,
             deadline_us: req.deadline_us.map(|d| d.0),
+            rerank: req.rerank,
+            impute: req.impute,
+            candidates: None,
+            rerank_alpha: None,
+            rerank_gamma: None,
         },
     ))
 }

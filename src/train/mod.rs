@@ -8,7 +8,10 @@ use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, LabelId};
-use crate::model::{Created, MODEL_FORMAT, ModelMeta, tree_section};
+use crate::defrag::train::DefragArrays;
+use crate::model::{
+    Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section, tree_section,
+};
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
 use crate::tree::freq::label_frequencies;
@@ -39,6 +42,14 @@ pub enum TrainError {
     /// The bundle could not be written.
     #[error(transparent)]
     Bundle(#[from] FormatError),
+    /// The DEFRAG feature clustering failed.
+    #[error("tree {tree}: DEFRAG feature clustering: {source}")]
+    Defrag {
+        /// The tree's index.
+        tree: usize,
+        /// Why.
+        source: crate::cluster::ClusterError,
+    },
 }
 
 /// Progress callbacks, so the CLI can show bars and tests can stay quiet.
@@ -63,6 +74,8 @@ impl Progress for Quiet {
 pub struct Trained {
     /// The trees' arrays.
     pub trees: Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+    /// Per tree, its DEFRAG arrays (empty when DEFRAG is off).
+    pub defrag: Vec<DefragArrays>,
     /// Training-set count of each label (for propensities and rare-label handling).
     pub label_counts: Vec<u32>,
     /// Label names, when known.
@@ -78,6 +91,7 @@ impl Trained {
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
         add_arrays(&mut w, &self.trees, &self.label_counts)?;
+        add_defrag(&mut w, &self.defrag)?;
         add_names(
             &mut w,
             self.label_names.as_deref(),
@@ -150,11 +164,38 @@ pub fn train(
     let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
+    let mut defrag = Vec::new();
     for t in 0..cfg.trees {
         let seed = cfg
             .seed
             .wrapping_add(t as u64)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // DEFRAG: a fresh feature clustering per member (App. A.3); the tree then trains on the
+        // agglomerated rows.
+        let start = Instant::now();
+        let member = if cfg.defrag.on() {
+            progress.phase(&format!("tree {t}: feature clusters"), 1);
+            let built = crate::defrag::train::build(
+                ds,
+                &cfg.defrag,
+                cfg.normalize,
+                crate::cluster::derive_seed(seed, 0xDEF8A6),
+            )
+            .map_err(|source| TrainError::Defrag { tree: t, source })?;
+            progress.step();
+            seconds.insert(
+                format!("tree{t}_defrag_clustering"),
+                built.arrays.cluster_seconds.into(),
+            );
+            seconds.insert(
+                format!("tree{t}_defrag"),
+                start.elapsed().as_secs_f64().into(),
+            );
+            Some(built)
+        } else {
+            None
+        };
+        let ds = member.as_ref().map_or(ds, |b| &b.dataset);
         let start = Instant::now();
         let layout = match cfg.model {
             ModelKind::Flat => single_leaf(ds.n_labels())?,
@@ -204,11 +245,18 @@ pub fn train(
                 .collect::<Vec<_>>(),
             "weights": arrays.chunks.n_weights(),
         }));
+        if let Some(built) = member {
+            if let Some(stats) = tree_stats.last_mut().and_then(|v| v.as_object_mut()) {
+                stats.insert("defrag".into(), defrag_stats(&built.arrays));
+            }
+            defrag.push(built.arrays);
+        }
         trees.push(arrays);
     }
     let label_counts = label_counts(ds);
     let version = content_hash(
         &trees,
+        &defrag,
         &label_counts,
         inputs.label_names.as_deref(),
         inputs.feature_names.as_deref(),
@@ -247,6 +295,7 @@ pub fn train(
     };
     Ok(Trained {
         trees,
+        defrag,
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
@@ -309,15 +358,52 @@ fn add_arrays<'a>(
     Ok(())
 }
 
+/// Adds each tree's DEFRAG sections (none when DEFRAG is off, so such bundles are unchanged).
+fn add_defrag<'a>(w: &mut BundleWriter<'a>, defrag: &'a [DefragArrays]) -> Result<(), FormatError> {
+    for (t, a) in defrag.iter().enumerate() {
+        w.add_u32(&defrag_section(t, "map"), &a.map)?;
+        w.add_u32(&defrag_section(t, "sizes"), &a.sizes)?;
+        if let Some(scale) = &a.scale {
+            w.add_f32(&defrag_section(t, "scale"), scale)?;
+        }
+        if let Some(p) = &a.prototypes {
+            w.add_u32(&refrag_section(t, "start"), &p.start)?;
+            w.add_u32(&refrag_section(t, "idx"), &p.idx)?;
+            w.add_f32(&refrag_section(t, "val"), &p.val)?;
+        }
+    }
+    Ok(())
+}
+
+/// The reproducible clustering statistics of one member, for `tree_stats`.
+fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
+    // Prototypes in the input space would hold every feature of every cluster they touch.
+    let unagglomerated = a.prototypes.as_ref().map(|p| {
+        p.idx
+            .iter()
+            .map(|&c| u64::from(a.sizes[c as usize]))
+            .sum::<u64>()
+    });
+    serde_json::json!({
+        "clusters": a.sizes.len(),
+        "balance_factor": crate::defrag::balance_factor(&a.sizes),
+        "normalized_entropy": crate::defrag::normalized_entropy(&a.sizes),
+        "prototype_nnz": a.prototypes.as_ref().map(|p| p.idx.len()),
+        "prototype_nnz_unagglomerated": unagglomerated,
+    })
+}
+
 /// The model's version: a content hash of every section but `meta`.
 fn content_hash(
     trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
+    defrag: &[DefragArrays],
     label_counts: &[u32],
     label_names: Option<&[String]>,
     feature_names: Option<&[String]>,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
     add_arrays(&mut w, trees, label_counts)?;
+    add_defrag(&mut w, defrag)?;
     add_names(&mut w, label_names, feature_names)?;
     let digest = Sha256::digest(w.to_bytes()?);
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
