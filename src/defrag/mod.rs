@@ -89,7 +89,7 @@ impl DefragParams {
         fiat: false,
         refrag: false,
         alpha: 0.8,
-        gamma_r: 10.0,
+        gamma_r: 20.0,
         candidates: 20,
     };
 
