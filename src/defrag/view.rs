@@ -65,6 +65,17 @@ pub enum DefragViewError {
     },
 }
 
+/// A query in one member's agglomerated space, and the accumulator that builds it (reusable).
+#[derive(Debug, Default)]
+pub struct Agglomerated {
+    /// Per cluster, a running sum; all zero between calls.
+    acc: Vec<f32>,
+    /// The query's cluster ids, ascending.
+    pub idx: Vec<u32>,
+    /// Their values.
+    pub val: Vec<f32>,
+}
+
 /// One member's DEFRAG arrays: memory-mapped sections at serving time, vectors in tests.
 #[derive(Debug)]
 pub struct DefragView<U, F> {
@@ -93,7 +104,6 @@ where
 {
     /// Checks every index and value against `n_features` input features and `n_labels` labels,
     /// and precomputes the per-feature weights.
-    #[allow(clippy::too_many_arguments)]
     pub fn validate(
         map: U,
         sizes: U,
@@ -194,20 +204,25 @@ where
         self.proto_start.is_some()
     }
 
-    /// Agglomerates a prepared query (ids valid and unique) in one pass over its non-zeros:
-    /// out_k = Σ_{j∈F_k} w_j x_j, with w_j the plain or (with `impute`, when stored) the FIAT
-    /// weight, then L2-normalizes when `normalize`. `acc` must hold at least K zeros and is left
-    /// zeroed.
+    /// Agglomerates a prepared query (ids valid and unique) in one pass over its non-zeros into
+    /// `out`: x̃_k = Σ_{j∈F_k} w_j x_j, with w_j the plain or (with `impute`, when stored) the
+    /// FIAT weight, then L2-normalizes when `normalize`. Allocates only while `out` grows.
     pub fn apply(
         &self,
         idx: &[u32],
         val: &[f32],
         impute: bool,
         normalize: bool,
-        acc: &mut [f32],
-        out_idx: &mut Vec<u32>,
-        out_val: &mut Vec<f32>,
+        out: &mut Agglomerated,
     ) {
+        if out.acc.len() < self.n_clusters() {
+            out.acc.resize(self.n_clusters(), 0.0);
+        }
+        let Agglomerated {
+            acc,
+            idx: out_idx,
+            val: out_val,
+        } = out;
         let weights = if impute && !self.imputed.is_empty() {
             &self.imputed
         } else {
@@ -372,31 +387,14 @@ mod tests {
     #[test]
     fn apply_sums_scales_and_normalizes() {
         let v = view(Some((vec![0, 1, 2], vec![0, 1], vec![1.0, 1.0]))).unwrap();
-        let mut acc = vec![0.0; 2];
-        let (mut i, mut x) = (Vec::new(), Vec::new());
-        v.apply(
-            &[0, 1, 2],
-            &[1.0, 1.0, 1.0],
-            false,
-            false,
-            &mut acc,
-            &mut i,
-            &mut x,
-        );
-        assert_eq!((i.clone(), x.clone()), (vec![0, 1], vec![2.0, 1.0]));
-        v.apply(
-            &[0, 1, 2],
-            &[1.0, 1.0, 1.0],
-            true,
-            false,
-            &mut acc,
-            &mut i,
-            &mut x,
-        );
-        assert_eq!((i.clone(), x.clone()), (vec![0, 1], vec![4.0, 2.0]));
-        v.apply(&[1, 3], &[3.0, 0.0], false, true, &mut acc, &mut i, &mut x);
-        assert_eq!((i, x), (vec![1], vec![1.0]));
-        assert!(acc.iter().all(|&a| a == 0.0));
+        let mut a = Agglomerated::default();
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], false, false, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![2.0, 1.0]));
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], true, false, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![4.0, 2.0]));
+        v.apply(&[1, 3], &[3.0, 0.0], false, true, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![1], vec![1.0]));
+        assert!(a.acc.iter().all(|&x| x == 0.0));
         assert_eq!(v.affinity(1, &[0.5, 0.25]), 0.25);
     }
 }

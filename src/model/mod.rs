@@ -14,7 +14,7 @@ pub use query::QueryError;
 
 use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
-use crate::defrag::view::{DefragView, DefragViewError};
+use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
 use crate::linear::Loss;
 use crate::tree::chunk::Chunks;
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
@@ -127,10 +127,8 @@ pub struct Scratch {
     q_val: Vec<f32>,
     search: SearchScratch,
     merged: Vec<(u32, f32, u32)>,
-    /// The query in one member's agglomerated space, and the accumulator that builds it.
-    agg_idx: Vec<u32>,
-    agg_val: Vec<f32>,
-    acc: Vec<f32>,
+    /// The query in one member's agglomerated space.
+    agg: Agglomerated,
     /// Per candidate, the summed REFRAG affinity over the members.
     affinity: Vec<f32>,
 }
@@ -345,9 +343,6 @@ impl Model {
         if scratch.dense.len() < self.meta.n_features {
             scratch.dense.resize(self.meta.n_features, 0.0);
         }
-        if !self.defrag.is_empty() && scratch.acc.len() < self.meta.n_features {
-            scratch.acc.resize(self.meta.n_features, 0.0);
-        }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
         let search_k = if rerank {
@@ -372,11 +367,9 @@ impl Model {
                         &scratch.q_val,
                         impute,
                         self.meta.normalize,
-                        &mut scratch.acc,
-                        &mut scratch.agg_idx,
-                        &mut scratch.agg_val,
+                        &mut scratch.agg,
                     );
-                    (&scratch.agg_idx, &scratch.agg_val)
+                    (&scratch.agg.idx, &scratch.agg.val)
                 }
                 None => (&scratch.q_idx, &scratch.q_val),
             };
@@ -429,17 +422,15 @@ impl Model {
                 &scratch.q_val,
                 impute,
                 self.meta.normalize,
-                &mut scratch.acc,
-                &mut scratch.agg_idx,
-                &mut scratch.agg_val,
+                &mut scratch.agg,
             );
-            for (&i, &v) in scratch.agg_idx.iter().zip(&scratch.agg_val) {
+            for (&i, &v) in scratch.agg.idx.iter().zip(&scratch.agg.val) {
                 scratch.dense[i as usize] = v;
             }
             for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
                 *a += view.affinity(c.0, &scratch.dense);
             }
-            for &i in &scratch.agg_idx {
+            for &i in &scratch.agg.idx {
                 scratch.dense[i as usize] = 0.0;
             }
         }
