@@ -5,6 +5,7 @@
 //! CLI contract (`trees`, `max_leaf`, `solver.c`, ...). An unknown key or a bad value is an error
 //! that names the key, so a typo never silently trains a different model.
 
+use crate::defrag::{DefragKind, DefragParams};
 use crate::linear::{Loss, Method, SolverParams};
 use crate::tree::FreqKind;
 use serde::{Deserialize, Serialize};
@@ -117,6 +118,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Worker threads for training (0: all cores).
     pub threads: usize,
+    /// DEFRAG feature agglomeration, FIAT and REFRAG (off in bundles made before they existed).
+    #[serde(default)]
+    pub defrag: DefragParams,
 }
 
 impl TrainConfig {
@@ -142,6 +146,7 @@ impl TrainConfig {
         block_model: ModelKind::Tree,
         seed: 0,
         threads: 0,
+        defrag: DefragParams::DEFAULT,
     };
 
     /// The keys `set` accepts, for error messages and docs.
@@ -175,6 +180,16 @@ impl TrainConfig {
         "solver.max_iter",
         "solver.search_eps",
         "solver.method",
+        "defrag",
+        "d0",
+        "defrag_points",
+        "defrag_labels",
+        "defrag_average",
+        "fiat",
+        "refrag",
+        "refrag_alpha",
+        "refrag_gamma",
+        "refrag_candidates",
     ];
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
@@ -260,6 +275,20 @@ impl TrainConfig {
             "block_model" => self.block_model = as_model_kind(key, value)?,
             "seed" => self.seed = as_usize(key, value)? as u64,
             "threads" => self.threads = as_usize(key, value)?,
+            "defrag" => {
+                let v = as_str(key, value)?;
+                self.defrag.kind = DefragKind::parse(v)
+                    .ok_or_else(|| bad(key, format!("`{v}` is not off, x, xy or n")))?;
+            }
+            "d0" => self.defrag.d0 = as_usize(key, value)?,
+            "defrag_points" => self.defrag.points_frac = as_f32(key, value)?,
+            "defrag_labels" => self.defrag.labels_frac = as_f32(key, value)?,
+            "defrag_average" => self.defrag.average = as_bool(key, value)?,
+            "fiat" => self.defrag.fiat = as_bool(key, value)?,
+            "refrag" => self.defrag.refrag = as_bool(key, value)?,
+            "refrag_alpha" => self.defrag.alpha = as_f32(key, value)?,
+            "refrag_gamma" => self.defrag.gamma_r = as_f32(key, value)?,
+            "refrag_candidates" => self.defrag.candidates = as_usize(key, value)?,
             "solver.l1" => s.l1 = as_f32(key, value)?,
             "solver.c" => s.c = as_f32(key, value)?,
             "solver.prune" => s.prune = as_f32(key, value)?,
@@ -360,7 +389,9 @@ impl TrainConfig {
                 format!("must be in [0, 2], got {}", self.lambda),
             ));
         }
-        Ok(())
+        self.defrag
+            .validate()
+            .map_err(|(key, message)| bad(key, message))
     }
 }
 

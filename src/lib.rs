@@ -13,6 +13,8 @@
 //!   It is the only module allowed `unsafe`.
 //! - [`router`]: the BP instance router: block-wise partitioning of points and labels, the
 //!   linear router over the blocks, and one model per block.
+//! - [`defrag`]: DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking: the
+//!   feature clustering at training time and the validated view the request path applies.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //!
@@ -23,6 +25,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod data;
+pub mod defrag;
 pub mod eval;
 pub mod linear;
 pub mod model;

@@ -11,7 +11,7 @@ use xmc::bundle::{Bundle, OpenOptions};
 use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
-use xmc::train::{self, Quiet, TrainInputs};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
 
 #[test]
 fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {

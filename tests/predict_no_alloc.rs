@@ -55,8 +55,12 @@ fn warm_predictions_do_not_allocate() {
     let mut ds = data::read_xc_file(&dir.join("train.txt.gz")).unwrap();
     data::l2_normalize_rows(&mut ds.features);
     let test = data::read_xc_file(&dir.join("test.txt.gz")).unwrap();
-    for trees in ["trees=1", "trees=3"] {
-        let cfg = TrainConfig::load(None, &[trees.to_string(), "max_leaf=40".into()]).unwrap();
+    // The DEFRAG members agglomerate, impute and rerank per query, all from the same scratch.
+    let defrag = "defrag=xy,refrag=on,fiat=on";
+    for trees in ["trees=1", "trees=3", defrag, "trees=2,defrag=x,refrag=on"] {
+        let mut sets: Vec<String> = trees.split(',').map(str::to_string).collect();
+        sets.push("max_leaf=40".into());
+        let cfg = TrainConfig::load(None, &sets).unwrap();
         let trained = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
         let model =
             Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();

@@ -43,10 +43,19 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = PropensityParams::DEFAULT.b)]
     pub propensity_b: f64,
     /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
-    /// `deadline_us=N`, `block_candidates=N` (BP models), and `k=N`, the number of labels the search looks for (default: the
-    /// largest reported cut-off). Repeatable.
+    /// `deadline_us=N`, `k=N`, the number of labels the search looks for (default: the
+    /// largest reported cut-off), `block_candidates=N` for BP models, and for DEFRAG models
+    /// `rerank=on|off`, `impute=on|off`, `candidates=N`, `rerank_alpha=A`, `rerank_gamma=G`.
+    /// Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Erase this share of each point's features at random before predicting (`--model` mode),
+    /// to measure robustness to missing features (FIAT).
+    #[arg(long, default_value_t = 0.0)]
+    pub erase: f64,
+    /// The seed of `--erase`.
+    #[arg(long, default_value_t = 0)]
+    pub erase_seed: u64,
 }
 
 /// The cut-offs reported for `--k K`: 1, 3 and 5 always (so the standard keys exist), then K.
@@ -77,6 +86,13 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
     let mut opts = PredictOptions {
         k: default_k,
         ..PredictOptions::default()
+    };
+    let on_off = |key: &str, value: &str| -> anyhow::Result<bool> {
+        match value {
+            "true" | "on" => Ok(true),
+            "false" | "off" => Ok(false),
+            _ => bail!("`{key}`: `{value}` is not true/false or on/off"),
+        }
     };
     for s in set {
         let (key, value) = s
@@ -123,10 +139,39 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
                 }
                 opts.block_candidates = Some(b);
             }
+            "rerank" => opts.rerank = Some(on_off("rerank", value)?),
+            "impute" => opts.impute = Some(on_off("impute", value)?),
+            "candidates" => {
+                let c: usize = value.parse().with_context(|| {
+                    format!("`candidates`: `{value}` is not a positive integer")
+                })?;
+                if c == 0 {
+                    bail!("`candidates` must be at least 1");
+                }
+                opts.candidates = Some(c);
+            }
+            "rerank_alpha" => {
+                let a: f32 = value
+                    .parse()
+                    .with_context(|| format!("`rerank_alpha`: `{value}` is not a number"))?;
+                if !(0.0..=1.0).contains(&a) {
+                    bail!("`rerank_alpha` must be in [0, 1], got {a}");
+                }
+                opts.rerank_alpha = Some(a);
+            }
+            "rerank_gamma" => {
+                let g: f32 = value
+                    .parse()
+                    .with_context(|| format!("`rerank_gamma`: `{value}` is not a number"))?;
+                if !g.is_finite() || g < 0.0 {
+                    bail!("`rerank_gamma` must be finite and >= 0, got {g}");
+                }
+                opts.rerank_gamma = Some(g);
+            }
             other => {
                 bail!(
-                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, \
-                     block_candidates, k)"
+                    "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k, \
+                     block_candidates, rerank, impute, candidates, rerank_alpha, rerank_gamma)"
                 )
             }
         }
@@ -145,7 +190,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             let opts = predict_options(&args.set, ks.iter().copied().max().unwrap_or(5))?;
             let model = Model::open(model, &VERIFY)
                 .with_context(|| format!("opening model {}", model.display()))?;
-            let ds = load_data(data, false)?;
+            if !(0.0..=1.0).contains(&args.erase) {
+                bail!("--erase must be in [0, 1], got {}", args.erase);
+            }
+            let mut ds = load_data(data, false)?;
+            if args.erase > 0.0 {
+                ds = crate::defrag::erase_features(&ds, args.erase, args.erase_seed);
+            }
             if ds.n_labels() > model.meta().n_labels {
                 bail!(
                     "{} has L = {} but the model knows {} labels",

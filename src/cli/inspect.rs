@@ -1,6 +1,7 @@
 //! `xmc inspect`: a model's metadata, sections, and tree shape.
 
 use crate::bundle::OpenOptions;
+use crate::defrag;
 use crate::model::Model;
 use anyhow::Context;
 use clap::Args;
@@ -30,7 +31,8 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
     let trees: Vec<_> = model
         .trees()
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
             let mut depth_hist = Vec::<u64>::new();
             let mut leaf_sizes = Vec::new();
             for i in 0..t.n_nodes() {
@@ -45,7 +47,7 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
             }
             leaf_sizes.sort_unstable();
             let mean = leaf_sizes.iter().sum::<usize>() as f64 / leaf_sizes.len().max(1) as f64;
-            json!({
+            let mut tree = json!({
                 "nodes": t.n_nodes(),
                 "leaves": leaf_sizes.len(),
                 "leaf_depth_histogram": depth_hist,
@@ -56,7 +58,11 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
                     "mean": mean,
                 },
                 "weights": t.chunks.n_weights(),
-            })
+            });
+            if let (Some(d), Some(obj)) = (model.defrag().get(i), tree.as_object_mut()) {
+                obj.insert("defrag".into(), defrag_report(model, i, d));
+            }
+            tree
         })
         .collect();
     json!({
@@ -67,6 +73,26 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
         "meta": model.meta(),
         "sections": sections,
         "trees": trees,
+    })
+}
+
+/// One member's DEFRAG clustering: cluster count, balance factor and normalized entropy
+/// (App. C.1), clustering time, and whether FIAT scales and REFRAG prototypes are stored.
+fn defrag_report(model: &Model, t: usize, d: &crate::model::MappedDefrag) -> serde_json::Value {
+    let seconds = model
+        .meta()
+        .created
+        .seconds
+        .get(&format!("tree{t}_defrag_clustering"))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    json!({
+        "clusters": d.n_clusters(),
+        "balance_factor": defrag::balance_factor(&d.sizes),
+        "normalized_entropy": defrag::normalized_entropy(&d.sizes),
+        "clustering_seconds": seconds,
+        "fiat": d.has_fiat(),
+        "refrag": d.has_prototypes(),
     })
 }
 

@@ -14,6 +14,7 @@ pub use query::QueryError;
 
 use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
+use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
 use crate::linear::Loss;
 use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
@@ -41,6 +42,14 @@ pub enum ModelError {
     /// The BP sections are inconsistent.
     #[error(transparent)]
     Bp(#[from] BpViewError),
+    /// A tree's DEFRAG sections are inconsistent.
+    #[error("tree {tree}: DEFRAG sections: {source}")]
+    Defrag {
+        /// The tree's index in the ensemble.
+        tree: usize,
+        /// What is wrong.
+        source: DefragViewError,
+    },
     /// A tree's arrays are inconsistent.
     #[error("tree {tree}: {source}")]
     Tree {
@@ -68,6 +77,17 @@ pub struct PredictOptions {
     /// With a BP model: how many of the router's best blocks to search, their candidates merged
     /// (`None`: 1; more than q searches all q). Ignored by a model without BP.
     pub block_candidates: Option<usize>,
+    /// REFRAG reranking of the search's candidates (`None`: the model's default).
+    pub rerank: Option<bool>,
+    /// FIAT imputation of the query (`None`: the model's default).
+    pub impute: Option<bool>,
+    /// How many candidates the search returns for reranking (`None`: the model's default; never
+    /// fewer than `k`).
+    pub candidates: Option<usize>,
+    /// REFRAG's α for this request (`None`: the model's).
+    pub rerank_alpha: Option<f32>,
+    /// REFRAG's γ_r for this request (`None`: the model's).
+    pub rerank_gamma: Option<f32>,
 }
 
 impl Default for PredictOptions {
@@ -78,6 +98,11 @@ impl Default for PredictOptions {
             early_stop: true,
             deadline_us: None,
             block_candidates: None,
+            rerank: None,
+            impute: None,
+            candidates: None,
+            rerank_alpha: None,
+            rerank_gamma: None,
         }
     }
 }
@@ -121,6 +146,10 @@ pub struct Scratch {
     search: SearchScratch,
     merged: Vec<(u32, f32, u32)>,
     bp: BpScratch,
+    /// The query in one member's agglomerated space.
+    agg: Agglomerated,
+    /// Per candidate, the summed REFRAG affinity over the members.
+    affinity: Vec<f32>,
 }
 
 /// A loaded, validated model.
@@ -129,6 +158,7 @@ pub struct Model {
     meta: ModelMeta,
     trees: Vec<MappedTree>,
     bp: Option<MappedBp>,
+    defrag: Vec<MappedDefrag>,
     label_names: LazyNames,
     feature_names: LazyNames,
     train_counts: Section<u32>,
@@ -147,6 +177,19 @@ impl std::fmt::Debug for Model {
 
 /// The BP stage over memory-mapped sections.
 pub type MappedBp = BpArrays<Section<u32>, Section<f32>>;
+
+/// One member's DEFRAG arrays as memory-mapped bundle sections.
+pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
+
+/// The section name of DEFRAG array `array` of tree `t` (`map`, `sizes`, `scale`).
+pub fn defrag_section(t: usize, array: &str) -> String {
+    format!("defrag.{t}.{array}")
+}
+
+/// The section name of REFRAG prototype array `array` of tree `t` (`start`, `idx`, `val`).
+pub fn refrag_section(t: usize, array: &str) -> String {
+    format!("refrag.{t}.{array}")
+}
 
 /// The section name of array `array` of tree `t`.
 pub fn tree_section(t: usize, array: &str) -> String {
@@ -228,7 +271,11 @@ impl Model {
     pub fn verify(&self) -> Result<(), ModelError> {
         self.bundle.verify_checksums()?;
         for (t, tree) in self.trees.iter().enumerate() {
-            tree.validate(self.meta.n_labels, self.meta.n_features)
+            let d = self
+                .defrag
+                .get(t)
+                .map_or(self.meta.n_features, |v| v.n_clusters());
+            tree.validate(self.meta.n_labels, d)
                 .map_err(|source| ModelError::Tree { tree: t, source })?;
         }
         self.label_names.read(&self.bundle)?;
@@ -244,15 +291,48 @@ impl Model {
             Some(bp) => Some(load_bp(&bundle, &meta, bp)?),
             None => None,
         };
+        let mut defrag = Vec::new();
+        let dp = &meta.config.defrag;
         for t in 0..meta.trees {
             if bp.is_some() {
                 // A BP model's one member is its router and blocks (validated in full by
                 // `load_bp`).
                 break;
             }
+            let mut tree_features = meta.n_features;
+            if dp.on() {
+                let u = |a: &str| bundle.u32s(&defrag_section(t, a));
+                let r = |a: &str| bundle.u32s(&refrag_section(t, a));
+                let scale = if dp.fiat || dp.refrag {
+                    Some(bundle.f32s(&defrag_section(t, "scale"))?)
+                } else {
+                    None
+                };
+                let protos = if dp.refrag {
+                    Some((
+                        r("start")?,
+                        r("idx")?,
+                        bundle.f32s(&refrag_section(t, "val"))?,
+                    ))
+                } else {
+                    None
+                };
+                let view = DefragView::validate(
+                    u("map")?,
+                    u("sizes")?,
+                    scale,
+                    protos,
+                    meta.n_features,
+                    meta.n_labels,
+                    dp.average,
+                )
+                .map_err(|source| ModelError::Defrag { tree: t, source })?;
+                tree_features = view.n_clusters();
+                defrag.push(view);
+            }
             let tree = load_tree(&bundle, &format!("tree.{t}"))?;
             if deep {
-                tree.validate(meta.n_labels, meta.n_features)
+                tree.validate(meta.n_labels, tree_features)
             } else {
                 tree.validate_structure(meta.n_labels)
             }
@@ -280,6 +360,7 @@ impl Model {
             meta,
             trees,
             bp,
+            defrag,
             label_names,
             feature_names,
             train_counts,
@@ -307,6 +388,11 @@ impl Model {
         self.bp.as_ref()
     }
 
+    /// Per tree, its DEFRAG view (empty when the model has no feature clusters).
+    pub fn defrag(&self) -> &[MappedDefrag] {
+        &self.defrag
+    }
+
     /// The label names, when the model has them.
     pub fn label_names(&self) -> Option<&[String]> {
         self.label_names.get(&self.bundle)
@@ -332,6 +418,21 @@ impl Model {
         let deadline = options
             .deadline_us
             .map(|us| Instant::now() + Duration::from_micros(us));
+        let dp = &self.meta.config.defrag;
+        let rerank = options.rerank.unwrap_or(dp.refrag);
+        let impute = options.impute.unwrap_or(dp.fiat);
+        if rerank && !self.defrag.first().is_some_and(|v| v.has_prototypes()) {
+            return Err(QueryError::Unavailable {
+                option: "rerank",
+                stage: "REFRAG prototypes",
+            });
+        }
+        if impute && !self.defrag.first().is_some_and(|v| v.has_fiat()) {
+            return Err(QueryError::Unavailable {
+                option: "impute",
+                stage: "FIAT scales",
+            });
+        }
         query::prepare(
             idx,
             val,
@@ -340,16 +441,19 @@ impl Model {
             &mut scratch.q_idx,
             &mut scratch.q_val,
         )?;
+        // Every member's space has at most n_features dimensions (K = ⌈d/d0⌉ ≤ d).
         if scratch.dense.len() < self.meta.n_features {
             scratch.dense.resize(self.meta.n_features, 0.0);
         }
-        for (&i, &v) in scratch.q_idx.iter().zip(&scratch.q_val) {
-            scratch.dense[i as usize] = v;
-        }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
+        let search_k = if rerank {
+            options.k.max(options.candidates.unwrap_or(dp.candidates))
+        } else {
+            options.k
+        };
         let limits = SearchLimits {
-            k: options.k,
+            k: search_k,
             beam,
             deadline,
         };
@@ -359,6 +463,11 @@ impl Model {
         scratch.merged.clear();
         out.blocks.clear();
         if let Some(bp) = &self.bp {
+            // BP models have no DEFRAG stage (training refuses the pair): the router and the
+            // blocks read the query itself.
+            for (&i, &v) in scratch.q_idx.iter().zip(&scratch.q_val) {
+                scratch.dense[i as usize] = v;
+            }
             let query = BpQuery {
                 limits: &limits,
                 early_stop: options.early_stop,
@@ -382,28 +491,36 @@ impl Model {
             for c in scratch.merged.iter_mut() {
                 c.1 = c.1.exp();
             }
+            for &i in &scratch.q_idx {
+                scratch.dense[i as usize] = 0.0;
+            }
         }
-        for tree in &self.trees {
+        for (t, tree) in self.trees.iter().enumerate() {
             let tree = tree.borrowed();
-            let stats = if options.early_stop {
-                tree.early_stop_search(
-                    &scratch.q_idx,
-                    &scratch.q_val,
-                    &scratch.dense,
-                    loss,
-                    &limits,
-                    &mut scratch.search,
-                )
-            } else {
-                tree.beam_search(
-                    &scratch.q_idx,
-                    &scratch.q_val,
-                    &scratch.dense,
-                    loss,
-                    beam,
-                    &mut scratch.search,
-                )
+            let (qi, qv) = match self.defrag.get(t) {
+                Some(view) => {
+                    view.apply(
+                        &scratch.q_idx,
+                        &scratch.q_val,
+                        impute,
+                        self.meta.normalize,
+                        &mut scratch.agg,
+                    );
+                    (&scratch.agg.idx, &scratch.agg.val)
+                }
+                None => (&scratch.q_idx, &scratch.q_val),
             };
+            for (&i, &v) in qi.iter().zip(qv) {
+                scratch.dense[i as usize] = v;
+            }
+            let stats = if options.early_stop {
+                tree.early_stop_search(qi, qv, &scratch.dense, loss, &limits, &mut scratch.search)
+            } else {
+                tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)
+            };
+            for &i in qi {
+                scratch.dense[i as usize] = 0.0;
+            }
             nodes += stats.nodes_evaluated;
             outputs += stats.outputs_evaluated;
             early &= stats.early_stopped;
@@ -417,10 +534,12 @@ impl Model {
                     .map(|&(l, logp, d)| (l, logp.exp(), d)),
             );
         }
-        for &i in &scratch.q_idx {
-            scratch.dense[i as usize] = 0.0;
-        }
         average_over_trees(&mut scratch.merged, self.trees.len());
+        if rerank {
+            let alpha = options.rerank_alpha.unwrap_or(dp.alpha);
+            let gamma = options.rerank_gamma.unwrap_or(dp.gamma_r);
+            self.rerank(impute, alpha, gamma, scratch);
+        }
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
         out.outputs_evaluated = outputs;
@@ -428,6 +547,38 @@ impl Model {
         out.beam_capped = capped;
         out.deadline_hit = late;
         Ok(())
+    }
+
+    /// REFRAG: replaces each merged candidate's probability b_l by
+    /// exp(α·log b_l + (1−α)·log a_l), log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over
+    /// the members (each compares its own agglomerated query with its own prototype).
+    fn rerank(&self, impute: bool, alpha: f32, gamma: f32, scratch: &mut Scratch) {
+        scratch.affinity.clear();
+        scratch.affinity.resize(scratch.merged.len(), 0.0);
+        for view in &self.defrag {
+            view.apply(
+                &scratch.q_idx,
+                &scratch.q_val,
+                impute,
+                self.meta.normalize,
+                &mut scratch.agg,
+            );
+            for (&i, &v) in scratch.agg.idx.iter().zip(&scratch.agg.val) {
+                scratch.dense[i as usize] = v;
+            }
+            for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
+                *a += view.affinity(c.0, &scratch.dense);
+            }
+            for &i in &scratch.agg.idx {
+                scratch.dense[i as usize] = 0.0;
+            }
+        }
+        let inv = 1.0 / self.defrag.len().max(1) as f32;
+        for (c, &a) in scratch.merged.iter_mut().zip(&scratch.affinity) {
+            let log_a = -gamma * (1.0 - a * inv);
+            let log_b = c.1.max(f32::MIN_POSITIVE).ln();
+            c.1 = (alpha * log_b + (1.0 - alpha) * log_a).exp();
+        }
     }
 
     /// Convenience wrapper around [`Model::predict_into`] that allocates.

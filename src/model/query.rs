@@ -19,6 +19,14 @@ pub enum QueryError {
         /// The feature id.
         id: u32,
     },
+    /// An option asks for a stage the model does not have.
+    #[error("`{option}` is not available: this model has no {stage}")]
+    Unavailable {
+        /// The option.
+        option: &'static str,
+        /// The missing stage.
+        stage: &'static str,
+    },
     /// Ids and values differ in length.
     #[error("{ids} feature ids but {values} values")]
     LengthMismatch {

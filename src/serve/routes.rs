@@ -74,9 +74,9 @@ pub struct PredictRequest {
     early_stop: Option<bool>,
     /// With early stopping: answer with the best labels found after this many microseconds.
     deadline_us: Option<JsonInt>,
-    /// REFRAG reranking; not in this model version.
+    /// REFRAG reranking (default: the model's); refused by a model without prototypes.
     rerank: Option<bool>,
-    /// FIAT imputation; not in this model version.
+    /// FIAT imputation (default: the model's); refused by a model without FIAT scales.
     impute: Option<bool>,
     /// BP models: how many of the router's best blocks to search (default 1; more than q
     /// searches all). Ignored by a model without BP.
@@ -133,15 +133,6 @@ fn prepare(
             "`deadline_us` needs `early_stop`: the level-wise beam search has no deadline".into(),
         ));
     }
-    let unsupported = [
-        ("rerank", req.rerank == Some(true)),
-        ("impute", req.impute == Some(true)),
-    ];
-    if let Some((name, _)) = unsupported.iter().find(|(_, on)| *on) {
-        return Err(ApiError::Invalid(format!(
-            "`{name}` is not available: this model has no such stage"
-        )));
-    }
     let block_candidates = req.block_candidates.map(JsonInt::usize);
     if block_candidates == Some(0) {
         return Err(ApiError::Invalid(
@@ -171,6 +162,11 @@ fn prepare(
             early_stop,
             deadline_us: req.deadline_us.map(|d| d.0),
             block_candidates,
+            rerank: req.rerank,
+            impute: req.impute,
+            candidates: None,
+            rerank_alpha: None,
+            rerank_gamma: None,
         },
     ))
 }

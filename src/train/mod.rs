@@ -8,7 +8,8 @@ use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, LabelId};
-use crate::model::{Created, MODEL_FORMAT, ModelMeta};
+use crate::defrag::train::DefragArrays;
+use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section};
 use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
@@ -43,6 +44,14 @@ pub enum TrainError {
     /// The BP stage failed.
     #[error("BP: {0}")]
     Bp(String),
+    /// The DEFRAG feature clustering failed.
+    #[error("tree {tree}: DEFRAG feature clustering: {source}")]
+    Defrag {
+        /// The tree's index.
+        tree: usize,
+        /// Why.
+        source: crate::cluster::ClusterError,
+    },
 }
 
 /// Progress callbacks, so the CLI can show bars and tests can stay quiet.
@@ -69,6 +78,8 @@ pub struct Trained {
     pub trees: Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
     /// The BP router and block models, when BP is on.
     pub bp: Option<BpArrays<Vec<u32>, Vec<f32>>>,
+    /// Per tree, its DEFRAG arrays (empty when DEFRAG is off).
+    pub defrag: Vec<DefragArrays>,
     /// Training-set count of each label (for propensities and rare-label handling).
     pub label_counts: Vec<u32>,
     /// Label names, when known.
@@ -84,6 +95,7 @@ impl Trained {
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
         add_arrays(&mut w, &self.trees, self.bp.as_ref(), &self.label_counts)?;
+        add_defrag(&mut w, &self.defrag)?;
         add_names(
             &mut w,
             self.label_names.as_deref(),
@@ -153,7 +165,13 @@ pub fn train(
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
     let mut bp = None;
+    let mut defrag = Vec::new();
     if cfg.bp {
+        if cfg.defrag.on() {
+            return Err(TrainError::Bp(
+                "BP with DEFRAG is not supported yet: set defrag=off or bp=off".into(),
+            ));
+        }
         let trained = crate::router::train_bp(ds, cfg, progress)?;
         for (name, s) in &trained.seconds {
             seconds.insert(name.clone(), (*s).into());
@@ -170,8 +188,34 @@ pub fn train(
                 .seed
                 .wrapping_add(t as u64)
                 .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            // DEFRAG: a fresh feature clustering per member (App. A.3); the tree then trains on
+            // the agglomerated rows.
+            let start = Instant::now();
+            let member = if cfg.defrag.on() {
+                progress.phase(&format!("tree {t}: feature clusters"), 1);
+                let built = crate::defrag::train::build(
+                    ds,
+                    &cfg.defrag,
+                    cfg.normalize,
+                    crate::cluster::derive_seed(seed, 0xDEF8A6),
+                )
+                .map_err(|source| TrainError::Defrag { tree: t, source })?;
+                progress.step();
+                seconds.insert(
+                    format!("tree{t}_defrag_clustering"),
+                    built.arrays.cluster_seconds.into(),
+                );
+                seconds.insert(
+                    format!("tree{t}_defrag"),
+                    start.elapsed().as_secs_f64().into(),
+                );
+                Some(built)
+            } else {
+                None
+            };
+            let member_ds = member.as_ref().map_or(ds, |b| &b.dataset);
             let one = train_one_tree(
-                ds,
+                member_ds,
                 cfg,
                 cfg.model,
                 freqs.as_ref(),
@@ -182,7 +226,14 @@ pub fn train(
             .map_err(|e| e.for_tree(t))?;
             seconds.insert(format!("tree{t}_partition"), one.partition_s.into());
             seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
-            tree_stats.push(one.stats);
+            let mut stats = one.stats;
+            if let Some(built) = member {
+                if let Some(obj) = stats.as_object_mut() {
+                    obj.insert("defrag".into(), defrag_stats(&built.arrays));
+                }
+                defrag.push(built.arrays);
+            }
+            tree_stats.push(stats);
             trees.push(one.arrays);
         }
     }
@@ -191,6 +242,7 @@ pub fn train(
     let version = content_hash(
         &trees,
         bp_arrays,
+        &defrag,
         &label_counts,
         inputs.label_names.as_deref(),
         inputs.feature_names.as_deref(),
@@ -231,6 +283,7 @@ pub fn train(
     Ok(Trained {
         trees,
         bp: bp.map(|b| b.arrays),
+        defrag,
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
@@ -405,16 +458,53 @@ fn add_tree<'a>(
     Ok(())
 }
 
+/// Adds each tree's DEFRAG sections (none when DEFRAG is off, so such bundles are unchanged).
+fn add_defrag<'a>(w: &mut BundleWriter<'a>, defrag: &'a [DefragArrays]) -> Result<(), FormatError> {
+    for (t, a) in defrag.iter().enumerate() {
+        w.add_u32(&defrag_section(t, "map"), &a.map)?;
+        w.add_u32(&defrag_section(t, "sizes"), &a.sizes)?;
+        if let Some(scale) = &a.scale {
+            w.add_f32(&defrag_section(t, "scale"), scale)?;
+        }
+        if let Some(p) = &a.prototypes {
+            w.add_u32(&refrag_section(t, "start"), &p.start)?;
+            w.add_u32(&refrag_section(t, "idx"), &p.idx)?;
+            w.add_f32(&refrag_section(t, "val"), &p.val)?;
+        }
+    }
+    Ok(())
+}
+
+/// The reproducible clustering statistics of one member, for `tree_stats`.
+fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
+    // Prototypes in the input space would hold every feature of every cluster they touch.
+    let unagglomerated = a.prototypes.as_ref().map(|p| {
+        p.idx
+            .iter()
+            .map(|&c| u64::from(a.sizes[c as usize]))
+            .sum::<u64>()
+    });
+    serde_json::json!({
+        "clusters": a.sizes.len(),
+        "balance_factor": crate::defrag::balance_factor(&a.sizes),
+        "normalized_entropy": crate::defrag::normalized_entropy(&a.sizes),
+        "prototype_nnz": a.prototypes.as_ref().map(|p| p.idx.len()),
+        "prototype_nnz_unagglomerated": unagglomerated,
+    })
+}
+
 /// The model's version: a content hash of every section but `meta`.
 fn content_hash(
     trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
     bp: Option<&BpArrays<Vec<u32>, Vec<f32>>>,
+    defrag: &[DefragArrays],
     label_counts: &[u32],
     label_names: Option<&[String]>,
     feature_names: Option<&[String]>,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
     add_arrays(&mut w, trees, bp, label_counts)?;
+    add_defrag(&mut w, defrag)?;
     add_names(&mut w, label_names, feature_names)?;
     let digest = Sha256::digest(w.to_bytes()?);
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())

@@ -1,0 +1,232 @@
+//! DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking (Jalan & Kar, 2019).
+//!
+//! DEFRAG clusters the d input features into K ≈ d/d0 balanced groups and sums each group into
+//! one super-feature, so every later stage (label tree, classifiers, bundle, request path) works
+//! in K dimensions. The clusters also give a block-diagonal pseudo co-occurrence matrix
+//! C^F = Σ_k X_{F_k} X_{F_k}ᵀ, which never leaves a cluster. Two things are built from it:
+//!
+//! - **FIAT** imputes a query as C^F·x. Agglomerated, (Aᵀ C^F x)_k = Σ_{j∈F_k} s_j x_j with
+//!   s_j the column sum of C^F's block at j, so in the agglomerated space imputation is one
+//!   stored scale per feature ([`train::fiat_scale`]).
+//! - **REFRAG** keeps one prototype per label, ξ_l = normalize(Aᵀ C^F X y_l), and mixes the tree's
+//!   probability b_l with the affinity a_l = exp(−γ(1 − ⟨x, ξ_l⟩)) as α·log b_l + (1−α)·log a_l.
+//!
+//! [`train`] builds all of it at training time; [`view`] is the read-only, validated view over
+//! the bundle sections that the request path applies. [`ndcg`] is the DEFRAG-N split.
+
+pub mod ndcg;
+pub mod train;
+pub mod view;
+
+use crate::data::{Dataset, SparseMatrix};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Which feature representation DEFRAG clusters, or none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DefragKind {
+    /// No agglomeration (the default).
+    #[default]
+    Off,
+    /// DEFRAG-X: each feature is its column over the most voluminous training points.
+    X,
+    /// DEFRAG-XY: each feature is Σᵢ x_j^i y^i over the most popular labels.
+    Xy,
+    /// DEFRAG-N: the XY representation cut by the balanced nDCG split (Alg. 3).
+    N,
+}
+
+impl DefragKind {
+    /// Parses a config value.
+    pub fn parse(s: &str) -> Option<DefragKind> {
+        Some(match s {
+            "off" => DefragKind::Off,
+            "x" => DefragKind::X,
+            "xy" => DefragKind::Xy,
+            "n" => DefragKind::N,
+            _ => return None,
+        })
+    }
+}
+
+/// Every DEFRAG, FIAT and REFRAG setting of a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DefragParams {
+    /// The representation clustered, or off.
+    pub kind: DefragKind,
+    /// The largest number of features in a cluster (d0).
+    pub d0: usize,
+    /// The share ñ/n of most voluminous (largest ‖x‖₁) points that represent features.
+    pub points_frac: f32,
+    /// The share L̃/L of most popular labels that represent features (XY and N).
+    pub labels_frac: f32,
+    /// Average, rather than sum, the features of a cluster (App. A.4).
+    pub average: bool,
+    /// FIAT imputation by default at prediction (and on the training rows).
+    pub fiat: bool,
+    /// REFRAG reranking by default at prediction; stores the prototypes.
+    pub refrag: bool,
+    /// REFRAG's α: the weight of the tree's log-probability.
+    pub alpha: f32,
+    /// REFRAG's γ_r: the scale of the prototype affinity.
+    pub gamma_r: f32,
+    /// How many candidates the tree search returns for reranking (at least k).
+    pub candidates: usize,
+}
+
+impl DefragParams {
+    /// The defaults: off; when on, d0 = 8, ñ = 0.25n, L̃ = 0.05L, sums, α = 0.8.
+    pub const DEFAULT: DefragParams = DefragParams {
+        kind: DefragKind::Off,
+        d0: 8,
+        points_frac: 0.25,
+        labels_frac: 0.05,
+        average: false,
+        fiat: false,
+        refrag: false,
+        alpha: 0.8,
+        gamma_r: 20.0,
+        candidates: 20,
+    };
+
+    /// Whether the model has feature clusters.
+    pub fn on(&self) -> bool {
+        self.kind != DefragKind::Off
+    }
+
+    /// Checks ranges and combinations, naming the key at fault.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.d0 == 0 {
+            return Err(("d0", "must be at least 1".into()));
+        }
+        for (key, v) in [
+            ("defrag_points", self.points_frac),
+            ("defrag_labels", self.labels_frac),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err((key, format!("must be in (0, 1], got {v}")));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.alpha) {
+            return Err((
+                "refrag_alpha",
+                format!("must be in [0, 1], got {}", self.alpha),
+            ));
+        }
+        if !self.gamma_r.is_finite() || self.gamma_r < 0.0 {
+            return Err((
+                "refrag_gamma",
+                format!("must be finite and >= 0, got {}", self.gamma_r),
+            ));
+        }
+        if self.candidates == 0 {
+            return Err(("refrag_candidates", "must be at least 1".into()));
+        }
+        if !self.on() && (self.fiat || self.refrag) {
+            let key = if self.fiat { "fiat" } else { "refrag" };
+            return Err((
+                key,
+                "needs `defrag` = x, xy or n: C^F is built from the feature clusters".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for DefragParams {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// A copy of `ds` with `round(frac·nnz)` of each point's features erased, chosen uniformly at
+/// random (seeded per point from `seed`), as in the paper's FIAT experiment (App. C.2, Fig. 5).
+pub fn erase_features(ds: &Dataset, frac: f64, seed: u64) -> Dataset {
+    let mut indptr = Vec::with_capacity(ds.n_points() + 1);
+    let (mut idx, mut val) = (Vec::new(), Vec::new());
+    indptr.push(0usize);
+    let mut order: Vec<usize> = Vec::new();
+    for i in 0..ds.n_points() {
+        let (fi, fv) = ds.feature_row(i);
+        let erase = ((fi.len() as f64) * frac).round() as usize;
+        order.clear();
+        order.extend(0..fi.len());
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::cluster::derive_seed(seed, i as u64));
+        order.shuffle(&mut rng);
+        let mut keep: Vec<usize> = order[erase.min(fi.len())..].to_vec();
+        keep.sort_unstable();
+        for p in keep {
+            idx.push(fi[p]);
+            val.push(fv[p]);
+        }
+        indptr.push(idx.len());
+    }
+    Dataset {
+        features: SparseMatrix::new((ds.n_points(), ds.n_features()), indptr, idx, val),
+        labels: ds.labels.clone(),
+    }
+}
+
+/// The balance factor max_k |F_k| / min_k |F_k| (App. C.1), infinite with an empty cluster.
+pub fn balance_factor(sizes: &[u32]) -> f64 {
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let min = sizes.iter().copied().min().unwrap_or(0);
+    if min == 0 {
+        f64::INFINITY
+    } else {
+        f64::from(max) / f64::from(min)
+    }
+}
+
+/// The normalized entropy −Σ_k p_k ln p_k / ln K with p_k = |F_k|/d: 1 for equal clusters.
+///
+/// App. C.1 writes the normaliser as ln d, but the entropy of K clusters is at most ln K, so
+/// ln K is what makes the stated range [0, 1] hold; one cluster gives 1 by convention.
+pub fn normalized_entropy(sizes: &[u32]) -> f64 {
+    let d: f64 = sizes.iter().map(|&s| f64::from(s)).sum();
+    if sizes.len() <= 1 || d == 0.0 {
+        return 1.0;
+    }
+    let h: f64 = sizes
+        .iter()
+        .filter(|&&s| s > 0)
+        .map(|&s| {
+            let p = f64::from(s) / d;
+            -p * p.ln()
+        })
+        .sum();
+    h / (sizes.len() as f64).ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn balance_and_entropy_of_known_sizes() {
+        assert_eq!(balance_factor(&[4, 4, 4]), 1.0);
+        assert_eq!(balance_factor(&[8, 7]), 8.0 / 7.0);
+        assert!(balance_factor(&[3, 0]).is_infinite());
+        assert!((normalized_entropy(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
+        assert!(normalized_entropy(&[97, 1, 1, 1]) < 0.2);
+    }
+
+    #[test]
+    fn fiat_and_refrag_need_clusters() {
+        let p = DefragParams {
+            fiat: true,
+            ..DefragParams::DEFAULT
+        };
+        assert_eq!(p.validate().unwrap_err().0, "fiat");
+        let p = DefragParams {
+            kind: DefragKind::Xy,
+            d0: 0,
+            ..DefragParams::DEFAULT
+        };
+        assert_eq!(p.validate().unwrap_err().0, "d0");
+    }
+}

@@ -1,0 +1,396 @@
+//! Training side of DEFRAG: feature representatives, the balanced feature clustering, the
+//! agglomerated training rows, FIAT scales and REFRAG prototypes.
+
+use super::{DefragKind, DefragParams, ndcg};
+use crate::cluster::{self, ClusterError, ClusterParams};
+use crate::data::{Dataset, SparseMatrix};
+use std::time::Instant;
+
+/// Everything DEFRAG stores for one ensemble member, and the training rows in its space.
+#[derive(Debug)]
+pub struct DefragArrays {
+    /// Per input feature, its cluster id (`< sizes.len()`).
+    pub map: Vec<u32>,
+    /// Per cluster, its number of features.
+    pub sizes: Vec<u32>,
+    /// Per input feature, the FIAT scale s_j (present with FIAT or REFRAG).
+    pub scale: Option<Vec<f32>>,
+    /// REFRAG prototypes, one unit-norm sparse row per label over the clusters.
+    pub prototypes: Option<Prototypes>,
+    /// Seconds spent building representatives and clustering.
+    pub cluster_seconds: f64,
+}
+
+/// Sparse label prototypes in CSR form: label l holds `idx[start[l]..start[l+1]]`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Prototypes {
+    /// Row offsets, L + 1 entries.
+    pub start: Vec<u32>,
+    /// Cluster ids, ascending within a row.
+    pub idx: Vec<u32>,
+    /// Values; each row has unit L2 norm (or is empty).
+    pub val: Vec<f32>,
+}
+
+/// The result of [`build`]: the stored arrays and the agglomerated training set.
+#[derive(Debug)]
+pub struct Built {
+    /// The arrays that go into the bundle.
+    pub arrays: DefragArrays,
+    /// The training data over the K super-features.
+    pub dataset: Dataset,
+}
+
+/// Clusters the features of `ds` (rows as the trainer sees them), then agglomerates its rows
+/// (imputed first with FIAT), L2-normalizing them again when `normalize`, and builds the FIAT
+/// scales and REFRAG prototypes that `params` asks for. Deterministic given `seed`.
+pub fn build(
+    ds: &Dataset,
+    params: &DefragParams,
+    normalize: bool,
+    seed: u64,
+) -> Result<Built, ClusterError> {
+    let start = Instant::now();
+    let d = ds.n_features();
+    let reps = representatives(ds, params);
+    let k = d.div_ceil(params.d0).max(1);
+    let rows: Vec<u32> = (0..d as u32).collect();
+    let parts = if d == 0 {
+        Vec::new()
+    } else if params.kind == DefragKind::N {
+        ndcg::partition_ndcg(&reps, &rows, k, seed)
+    } else {
+        cluster::partition(&reps, &rows, k, &ClusterParams::DEFAULT, seed)?
+    };
+    let mut map = vec![0u32; d];
+    let mut sizes = Vec::with_capacity(parts.len());
+    for (c, part) in parts.iter().enumerate() {
+        for &j in part {
+            map[j as usize] = c as u32;
+        }
+        sizes.push(part.len() as u32);
+    }
+    let cluster_seconds = start.elapsed().as_secs_f64();
+    let need_scale = params.fiat || params.refrag;
+    let scale = need_scale.then(|| fiat_scale(&ds.features, &map, sizes.len()));
+    let weights = feature_weights(
+        &map,
+        &sizes,
+        params.average,
+        scale.as_deref().filter(|_| params.fiat),
+    );
+    let mut features = agglomerate(&ds.features, &map, &weights, sizes.len());
+    let prototypes = params.refrag.then(|| {
+        let w = feature_weights(&map, &sizes, params.average, scale.as_deref());
+        let imputed = agglomerate(&ds.features, &map, &w, sizes.len());
+        prototypes(&imputed, &ds.labels)
+    });
+    if normalize {
+        crate::data::l2_normalize_rows(&mut features);
+    }
+    Ok(Built {
+        arrays: DefragArrays {
+            map,
+            sizes,
+            scale,
+            prototypes,
+            cluster_seconds,
+        },
+        dataset: Dataset {
+            features,
+            labels: ds.labels.clone(),
+        },
+    })
+}
+
+/// The representative vector of every feature, one L2-normalized row per feature: its column over
+/// the ñ most voluminous points (X), or Σᵢ x_j^i y^i over those points and the L̃ most popular
+/// labels (XY, N).
+pub fn representatives(ds: &Dataset, params: &DefragParams) -> SparseMatrix {
+    let n = ds.n_points();
+    let n_sel = ((n as f64 * f64::from(params.points_frac)).ceil() as usize).clamp(1.min(n), n);
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let volume = |i: u32| -> f32 { ds.feature_row(i as usize).1.iter().map(|v| v.abs()).sum() };
+    let vols: Vec<f32> = order.iter().map(|&i| volume(i)).collect();
+    order.sort_by(|&a, &b| {
+        vols[b as usize]
+            .total_cmp(&vols[a as usize])
+            .then(a.cmp(&b))
+    });
+    order.truncate(n_sel);
+    order.sort_unstable();
+    let d = ds.n_features();
+    // Column j of the representative matrix: (coordinate, value) pairs, built feature-major.
+    let mut cols: Vec<Vec<(u32, f32)>> = vec![Vec::new(); d];
+    match params.kind {
+        DefragKind::X => {
+            for (r, &i) in order.iter().enumerate() {
+                let (idx, val) = ds.feature_row(i as usize);
+                for (&j, &v) in idx.iter().zip(val) {
+                    cols[j as usize].push((r as u32, v));
+                }
+            }
+        }
+        _ => {
+            let l = ds.n_labels();
+            let l_sel = ((l as f64 * f64::from(params.labels_frac)).ceil() as usize).clamp(1, l);
+            let counts = crate::train::label_counts(ds);
+            let mut labels: Vec<u32> = (0..l as u32).collect();
+            labels.sort_by(|&a, &b| counts[b as usize].cmp(&counts[a as usize]).then(a.cmp(&b)));
+            let mut rank = vec![u32::MAX; l];
+            for (r, &lab) in labels.iter().take(l_sel).enumerate() {
+                rank[lab as usize] = r as u32;
+            }
+            let mut acc = vec![0f32; l_sel];
+            let mut touched: Vec<u32> = Vec::new();
+            // Per point, its selected labels; per feature, the sum over its points.
+            let csc = ds.features.to_other_storage();
+            let mut selected = vec![false; n];
+            for &i in &order {
+                selected[i as usize] = true;
+            }
+            for (j, col) in cols.iter_mut().enumerate() {
+                let (pts, vals) = crate::data::row_slices(&csc, j);
+                for (&i, &v) in pts.iter().zip(vals) {
+                    if !selected[i as usize] {
+                        continue;
+                    }
+                    for &lab in ds.label_row(i as usize) {
+                        let r = rank[lab as usize];
+                        if r != u32::MAX {
+                            if acc[r as usize] == 0.0 {
+                                touched.push(r);
+                            }
+                            acc[r as usize] += v;
+                        }
+                    }
+                }
+                touched.sort_unstable();
+                touched.dedup();
+                for &r in &touched {
+                    if acc[r as usize] != 0.0 {
+                        col.push((r, acc[r as usize]));
+                    }
+                    acc[r as usize] = 0.0;
+                }
+                touched.clear();
+            }
+        }
+    }
+    let width = match params.kind {
+        DefragKind::X => n_sel,
+        _ => ((ds.n_labels() as f64 * f64::from(params.labels_frac)).ceil() as usize)
+            .clamp(1, ds.n_labels().max(1)),
+    };
+    csr_from_rows(&cols, width, true)
+}
+
+/// A CSR matrix from per-row sorted `(column, value)` lists, rows optionally L2-normalized.
+fn csr_from_rows(rows: &[Vec<(u32, f32)>], width: usize, normalize: bool) -> SparseMatrix {
+    let mut indptr = Vec::with_capacity(rows.len() + 1);
+    let mut idx = Vec::new();
+    let mut val = Vec::new();
+    indptr.push(0usize);
+    for row in rows {
+        let norm = if normalize {
+            row.iter().map(|p| p.1 * p.1).sum::<f32>().sqrt()
+        } else {
+            1.0
+        };
+        let inv = if norm > 0.0 && norm.is_finite() {
+            1.0 / norm
+        } else {
+            1.0
+        };
+        for &(c, v) in row {
+            idx.push(c);
+            val.push(v * inv);
+        }
+        indptr.push(idx.len());
+    }
+    SparseMatrix::new((rows.len(), width), indptr, idx, val)
+}
+
+/// The FIAT scale of every feature: s_j = Σ_{i∈F_k} C^F_{ij}, the column sum of C^F's block at
+/// j (k = map[j]), in one pass over X.
+///
+/// C^F is built over the column-normalized X̂ (each feature's column scaled to unit norm), so
+/// C^F_{ij} is the cosine between features i and j, its diagonal is 1 and s_j ∈ [1, |F_k|]
+/// (for non-negative data): raw co-occurrence counts would weight a feature by its frequency
+/// and drown the rare, informative ones. A feature absent from training keeps s_j = 1.
+pub fn fiat_scale(x: &SparseMatrix, map: &[u32], n_clusters: usize) -> Vec<f32> {
+    let mut norm = vec![0f64; map.len()];
+    for row in x.outer_iterator() {
+        for (j, &v) in row.iter() {
+            norm[j] += f64::from(v) * f64::from(v);
+        }
+    }
+    let inv: Vec<f64> = norm
+        .iter()
+        .map(|&n| if n > 0.0 { 1.0 / n.sqrt() } else { 0.0 })
+        .collect();
+    let mut acc = vec![0f64; n_clusters];
+    let mut s = vec![0f64; map.len()];
+    for row in x.outer_iterator() {
+        for (j, &v) in row.iter() {
+            acc[map[j] as usize] += f64::from(v) * inv[j];
+        }
+        for (j, &v) in row.iter() {
+            s[j] += f64::from(v) * inv[j] * acc[map[j] as usize];
+        }
+        for (j, _) in row.iter() {
+            acc[map[j] as usize] = 0.0;
+        }
+    }
+    s.iter()
+        .zip(&norm)
+        .map(|(&v, &n)| if n > 0.0 { v as f32 } else { 1.0 })
+        .collect()
+}
+
+/// The weight each input feature carries into its cluster: 1 (or 1/|F_k| when averaging),
+/// times the FIAT scale when given.
+pub fn feature_weights(
+    map: &[u32],
+    sizes: &[u32],
+    average: bool,
+    scale: Option<&[f32]>,
+) -> Vec<f32> {
+    map.iter()
+        .enumerate()
+        .map(|(j, &c)| {
+            let base = if average {
+                1.0 / sizes[c as usize].max(1) as f32
+            } else {
+                1.0
+            };
+            base * scale.map_or(1.0, |s| s[j])
+        })
+        .collect()
+}
+
+/// Agglomerates every row of `x`: x̃_k = Σ_{j∈F_k} w_j x_j, zeros dropped, columns ascending.
+pub fn agglomerate(
+    x: &SparseMatrix,
+    map: &[u32],
+    weights: &[f32],
+    n_clusters: usize,
+) -> SparseMatrix {
+    let mut acc = vec![0f32; n_clusters];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut indptr = Vec::with_capacity(x.rows() + 1);
+    let mut idx = Vec::with_capacity(x.nnz());
+    let mut val = Vec::with_capacity(x.nnz());
+    indptr.push(0usize);
+    for row in x.outer_iterator() {
+        for (j, &v) in row.iter() {
+            let c = map[j];
+            touched.push(c);
+            acc[c as usize] += weights[j] * v;
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for &c in &touched {
+            let v = acc[c as usize];
+            if v != 0.0 && v.is_finite() {
+                idx.push(c);
+                val.push(v);
+            }
+            acc[c as usize] = 0.0;
+        }
+        touched.clear();
+        indptr.push(idx.len());
+    }
+    SparseMatrix::new((x.rows(), n_clusters), indptr, idx, val)
+}
+
+/// ξ_l = normalize(Σ_{i ∋ l} x̃_i) over the rows of `imputed` (already C^F-imputed and
+/// agglomerated), one sparse row per label.
+pub fn prototypes(imputed: &SparseMatrix, labels: &SparseMatrix) -> Prototypes {
+    let by_label = labels.to_other_storage();
+    let k = imputed.cols();
+    let mut acc = vec![0f32; k];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut rows = Vec::with_capacity(labels.cols());
+    for l in 0..labels.cols() {
+        let (pts, _) = crate::data::row_slices(&by_label, l);
+        for &i in pts {
+            let (idx, val) = crate::data::row_slices(imputed, i as usize);
+            for (&c, &v) in idx.iter().zip(val) {
+                touched.push(c);
+                acc[c as usize] += v;
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let mut row = Vec::with_capacity(touched.len());
+        for &c in &touched {
+            if acc[c as usize] != 0.0 {
+                row.push((c, acc[c as usize]));
+            }
+            acc[c as usize] = 0.0;
+        }
+        touched.clear();
+        rows.push(row);
+    }
+    let m = csr_from_rows(&rows, k, true);
+    Prototypes {
+        start: m.indptr().raw_storage().iter().map(|&p| p as u32).collect(),
+        idx: m.indices().to_vec(),
+        val: m.data().to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(rows: &[&[(u32, f32)]], width: usize) -> SparseMatrix {
+        let rows: Vec<Vec<(u32, f32)>> = rows.iter().map(|r| r.to_vec()).collect();
+        csr_from_rows(&rows, width, false)
+    }
+
+    #[test]
+    fn agglomeration_sums_within_clusters() {
+        let x = csr(&[&[(0, 1.0), (1, 2.0), (3, 4.0)], &[(2, 1.0)]], 4);
+        let map = [0, 0, 1, 1];
+        let w = feature_weights(&map, &[2, 2], false, None);
+        let a = agglomerate(&x, &map, &w, 2);
+        assert_eq!(
+            crate::data::row_slices(&a, 0),
+            (&[0u32, 1][..], &[3.0f32, 4.0][..])
+        );
+        let w = feature_weights(&map, &[2, 2], true, None);
+        let a = agglomerate(&x, &map, &w, 2);
+        assert_eq!(crate::data::row_slices(&a, 1), (&[1u32][..], &[0.5f32][..]));
+    }
+
+    #[test]
+    fn fiat_scale_is_the_block_column_sum_of_cosine_c_f() {
+        // Two clusters {0, 1} and {2}; C^F = Σ_k X_{F_k} X_{F_k}ᵀ computed densely.
+        let x = csr(&[&[(0, 1.0), (1, 2.0), (2, 3.0)], &[(1, 1.0), (2, 1.0)]], 3);
+        let map = [0u32, 0, 1];
+        let dense: Vec<[f32; 3]> = vec![[1.0, 2.0, 3.0], [0.0, 1.0, 1.0]];
+        let norm = |j: usize| dense.iter().map(|r| r[j] * r[j]).sum::<f32>().sqrt();
+        let s = fiat_scale(&x, &map, 2);
+        for j in 0..3 {
+            let mut want = 0.0;
+            for i in 0..3 {
+                if map[i] == map[j] {
+                    want += dense.iter().map(|r| r[i] * r[j]).sum::<f32>() / (norm(i) * norm(j));
+                }
+            }
+            assert!((s[j] - want).abs() < 1e-5, "s[{j}] = {} want {want}", s[j]);
+        }
+    }
+
+    #[test]
+    fn prototypes_are_unit_rows_per_label() {
+        let x = csr(&[&[(0, 3.0)], &[(1, 4.0)], &[(0, 1.0), (1, 1.0)]], 2);
+        let y = csr(&[&[(0, 1.0)], &[(0, 1.0)], &[(1, 1.0)]], 2);
+        let p = prototypes(&x, &y);
+        assert_eq!(p.start, vec![0, 2, 4]);
+        assert_eq!(p.idx, vec![0, 1, 0, 1]);
+        assert!((p.val[0] - 0.6).abs() < 1e-6 && (p.val[1] - 0.8).abs() < 1e-6);
+    }
+}

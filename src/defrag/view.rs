@@ -1,0 +1,400 @@
+//! Request side of DEFRAG: a validated view over one ensemble member's sections that turns a
+//! prepared query into its agglomerated (optionally FIAT-imputed) form and scores REFRAG
+//! affinities. Everything it indexes with is checked in [`DefragView::validate`]; after that it
+//! allocates nothing and cannot index out of bounds.
+
+use std::ops::Deref;
+use thiserror::Error;
+
+/// What is wrong with a member's DEFRAG sections.
+#[derive(Debug, Error, PartialEq)]
+pub enum DefragViewError {
+    /// An array has the wrong length.
+    #[error("{array} has {got} entries, expected {want}")]
+    Length {
+        /// The array.
+        array: &'static str,
+        /// Its length.
+        got: usize,
+        /// The length it must have.
+        want: usize,
+    },
+    /// A feature maps to a cluster that does not exist.
+    #[error("feature {feature} maps to cluster {cluster}, but there are {n_clusters} clusters")]
+    ClusterOutOfRange {
+        /// The feature.
+        feature: usize,
+        /// Its cluster id.
+        cluster: u32,
+        /// The number of clusters.
+        n_clusters: usize,
+    },
+    /// The cluster sizes disagree with the map.
+    #[error(
+        "cluster {cluster} is recorded with {recorded} features but the map gives it {counted}"
+    )]
+    SizeMismatch {
+        /// The cluster.
+        cluster: usize,
+        /// The stored size.
+        recorded: u32,
+        /// The size counted from the map.
+        counted: u32,
+    },
+    /// A prototype's offsets are not monotone or do not end at the entry count.
+    #[error("prototype offsets are inconsistent at label {label}")]
+    ProtoOffsets {
+        /// The first label at fault.
+        label: usize,
+    },
+    /// A prototype entry names a cluster out of range or out of order.
+    #[error("prototype of label {label}: index {index} is out of order or not below {n_clusters}")]
+    ProtoIndex {
+        /// The label.
+        label: usize,
+        /// The bad index.
+        index: u32,
+        /// The number of clusters.
+        n_clusters: usize,
+    },
+    /// A stored value is NaN or infinite.
+    #[error("{array} holds a non-finite value")]
+    NonFinite {
+        /// The array.
+        array: &'static str,
+    },
+}
+
+/// A query in one member's agglomerated space, and the accumulator that builds it (reusable).
+#[derive(Debug, Default)]
+pub struct Agglomerated {
+    /// Per cluster, a running sum; all zero between calls.
+    acc: Vec<f32>,
+    /// The query's cluster ids, ascending.
+    pub idx: Vec<u32>,
+    /// Their values.
+    pub val: Vec<f32>,
+}
+
+/// One member's DEFRAG arrays: memory-mapped sections at serving time, vectors in tests.
+#[derive(Debug)]
+pub struct DefragView<U, F> {
+    /// Per input feature, its cluster.
+    pub map: U,
+    /// Per cluster, its size.
+    pub sizes: U,
+    /// Per input feature, the FIAT scale s_j.
+    pub scale: Option<F>,
+    /// REFRAG prototype offsets (L + 1).
+    pub proto_start: Option<U>,
+    /// REFRAG prototype cluster ids.
+    pub proto_idx: Option<U>,
+    /// REFRAG prototype values.
+    pub proto_val: Option<F>,
+    /// Per feature, the weight it carries without imputation (1, or 1/|F_k| when averaging).
+    plain: Vec<f32>,
+    /// Per feature, the weight with FIAT imputation (the plain weight times s_j).
+    imputed: Vec<f32>,
+}
+
+impl<U, F> DefragView<U, F>
+where
+    U: Deref<Target = [u32]>,
+    F: Deref<Target = [f32]>,
+{
+    /// Checks every index and value against `n_features` input features and `n_labels` labels,
+    /// and precomputes the per-feature weights.
+    pub fn validate(
+        map: U,
+        sizes: U,
+        scale: Option<F>,
+        protos: Option<(U, U, F)>,
+        n_features: usize,
+        n_labels: usize,
+        average: bool,
+    ) -> Result<Self, DefragViewError> {
+        let k = sizes.len();
+        if map.len() != n_features {
+            return Err(DefragViewError::Length {
+                array: "map",
+                got: map.len(),
+                want: n_features,
+            });
+        }
+        let mut counted = vec![0u32; k];
+        for (feature, &cluster) in map.iter().enumerate() {
+            let Some(c) = counted.get_mut(cluster as usize) else {
+                return Err(DefragViewError::ClusterOutOfRange {
+                    feature,
+                    cluster,
+                    n_clusters: k,
+                });
+            };
+            *c += 1;
+        }
+        if let Some((cluster, (&recorded, &counted))) = sizes
+            .iter()
+            .zip(&counted)
+            .enumerate()
+            .find(|(_, (r, c))| r != c)
+        {
+            return Err(DefragViewError::SizeMismatch {
+                cluster,
+                recorded,
+                counted,
+            });
+        }
+        if let Some(s) = &scale {
+            if s.len() != n_features {
+                return Err(DefragViewError::Length {
+                    array: "scale",
+                    got: s.len(),
+                    want: n_features,
+                });
+            }
+            if s.iter().any(|v| !v.is_finite()) {
+                return Err(DefragViewError::NonFinite { array: "scale" });
+            }
+        }
+        let (proto_start, proto_idx, proto_val) = match protos {
+            Some((start, idx, val)) => {
+                check_prototypes(&start, &idx, &val, n_labels, k)?;
+                (Some(start), Some(idx), Some(val))
+            }
+            None => (None, None, None),
+        };
+        let plain: Vec<f32> = map
+            .iter()
+            .map(|&c| {
+                if average {
+                    1.0 / sizes[c as usize].max(1) as f32
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let imputed = match &scale {
+            Some(s) => plain.iter().zip(s.iter()).map(|(p, s)| p * s).collect(),
+            None => Vec::new(),
+        };
+        Ok(DefragView {
+            map,
+            sizes,
+            scale,
+            proto_start,
+            proto_idx,
+            proto_val,
+            plain,
+            imputed,
+        })
+    }
+
+    /// The number of clusters K (the tree's feature count).
+    pub fn n_clusters(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Whether FIAT scales are stored.
+    pub fn has_fiat(&self) -> bool {
+        self.scale.is_some()
+    }
+
+    /// Whether REFRAG prototypes are stored.
+    pub fn has_prototypes(&self) -> bool {
+        self.proto_start.is_some()
+    }
+
+    /// Agglomerates a prepared query (ids valid and unique) in one pass over its non-zeros into
+    /// `out`: x̃_k = Σ_{j∈F_k} w_j x_j, with w_j the plain or (with `impute`, when stored) the
+    /// FIAT weight, then L2-normalizes when `normalize`. Allocates only while `out` grows.
+    pub fn apply(
+        &self,
+        idx: &[u32],
+        val: &[f32],
+        impute: bool,
+        normalize: bool,
+        out: &mut Agglomerated,
+    ) {
+        if out.acc.len() < self.n_clusters() {
+            out.acc.resize(self.n_clusters(), 0.0);
+        }
+        let Agglomerated {
+            acc,
+            idx: out_idx,
+            val: out_val,
+        } = out;
+        let weights = if impute && !self.imputed.is_empty() {
+            &self.imputed
+        } else {
+            &self.plain
+        };
+        out_idx.clear();
+        out_val.clear();
+        for (&j, &v) in idx.iter().zip(val) {
+            let c = self.map[j as usize];
+            out_idx.push(c);
+            acc[c as usize] += weights[j as usize] * v;
+        }
+        out_idx.sort_unstable();
+        out_idx.dedup();
+        let mut w = 0;
+        for r in 0..out_idx.len() {
+            let c = out_idx[r];
+            let v = acc[c as usize];
+            acc[c as usize] = 0.0;
+            if v != 0.0 && v.is_finite() {
+                out_idx[w] = c;
+                out_val.push(v);
+                w += 1;
+            }
+        }
+        out_idx.truncate(w);
+        if normalize {
+            let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if norm > 0.0 && norm.is_finite() {
+                out_val.iter_mut().for_each(|v| *v /= norm);
+            }
+        }
+    }
+
+    /// ⟨x, ξ_label⟩ for the agglomerated query held densely in `dense`, or 0 without prototypes.
+    /// `label` must be below the label count the view was validated with.
+    pub fn affinity(&self, label: u32, dense: &[f32]) -> f32 {
+        let (Some(start), Some(idx), Some(val)) =
+            (&self.proto_start, &self.proto_idx, &self.proto_val)
+        else {
+            return 0.0;
+        };
+        let l = label as usize;
+        let range = start[l] as usize..start[l + 1] as usize;
+        idx[range.clone()]
+            .iter()
+            .zip(&val[range])
+            .map(|(&c, &v)| v * dense[c as usize])
+            .sum()
+    }
+}
+
+fn check_prototypes(
+    start: &[u32],
+    idx: &[u32],
+    val: &[f32],
+    n_labels: usize,
+    n_clusters: usize,
+) -> Result<(), DefragViewError> {
+    if start.len() != n_labels + 1 {
+        return Err(DefragViewError::Length {
+            array: "prototype offsets",
+            got: start.len(),
+            want: n_labels + 1,
+        });
+    }
+    if idx.len() != val.len() {
+        return Err(DefragViewError::Length {
+            array: "prototype values",
+            got: val.len(),
+            want: idx.len(),
+        });
+    }
+    if start[0] != 0 || start[n_labels] as usize != idx.len() {
+        return Err(DefragViewError::ProtoOffsets { label: 0 });
+    }
+    for label in 0..n_labels {
+        let (a, b) = (start[label] as usize, start[label + 1] as usize);
+        if a > b || b > idx.len() {
+            return Err(DefragViewError::ProtoOffsets { label });
+        }
+        let mut prev: Option<u32> = None;
+        for &c in &idx[a..b] {
+            if c as usize >= n_clusters || prev.is_some_and(|p| p >= c) {
+                return Err(DefragViewError::ProtoIndex {
+                    label,
+                    index: c,
+                    n_clusters,
+                });
+            }
+            prev = Some(c);
+        }
+    }
+    if val.iter().any(|v| !v.is_finite()) {
+        return Err(DefragViewError::NonFinite {
+            array: "prototype values",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type V = DefragView<Vec<u32>, Vec<f32>>;
+
+    fn view(protos: Option<(Vec<u32>, Vec<u32>, Vec<f32>)>) -> Result<V, DefragViewError> {
+        V::validate(
+            vec![0, 1, 0, 1],
+            vec![2, 2],
+            Some(vec![1.0, 2.0, 3.0, 4.0]),
+            protos,
+            4,
+            2,
+            false,
+        )
+    }
+
+    #[test]
+    fn refuses_out_of_range_clusters_and_wrong_sizes() {
+        let e = V::validate(vec![0, 2], vec![1, 1], None, None, 2, 1, false).unwrap_err();
+        assert!(
+            matches!(e, DefragViewError::ClusterOutOfRange { cluster: 2, .. }),
+            "{e}"
+        );
+        let e = V::validate(vec![0, 0], vec![1, 1], None, None, 2, 1, false).unwrap_err();
+        assert!(matches!(e, DefragViewError::SizeMismatch { .. }), "{e}");
+        let e = V::validate(vec![0], vec![1], None, None, 2, 1, false).unwrap_err();
+        assert!(
+            matches!(e, DefragViewError::Length { array: "map", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn refuses_bad_prototype_indices() {
+        let e = view(Some((vec![0, 1, 2], vec![0, 2], vec![1.0, 1.0]))).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DefragViewError::ProtoIndex {
+                    label: 1,
+                    index: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = view(Some((vec![0, 2, 2], vec![1, 0], vec![1.0, 1.0]))).unwrap_err();
+        assert!(
+            matches!(e, DefragViewError::ProtoIndex { label: 0, .. }),
+            "{e}"
+        );
+        let e = view(Some((vec![0, 3, 2], vec![0, 1], vec![1.0, 1.0]))).unwrap_err();
+        assert!(matches!(e, DefragViewError::ProtoOffsets { .. }), "{e}");
+        let e = view(Some((vec![0, 1, 2], vec![0, 1], vec![1.0, f32::NAN]))).unwrap_err();
+        assert!(matches!(e, DefragViewError::NonFinite { .. }), "{e}");
+        assert!(view(Some((vec![0, 1, 2], vec![0, 1], vec![1.0, 1.0]))).is_ok());
+    }
+
+    #[test]
+    fn apply_sums_scales_and_normalizes() {
+        let v = view(Some((vec![0, 1, 2], vec![0, 1], vec![1.0, 1.0]))).unwrap();
+        let mut a = Agglomerated::default();
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], false, false, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![2.0, 1.0]));
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], true, false, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![4.0, 2.0]));
+        v.apply(&[1, 3], &[3.0, 0.0], false, true, &mut a);
+        assert_eq!((a.idx.clone(), a.val.clone()), (vec![1], vec![1.0]));
+        assert!(a.acc.iter().all(|&x| x == 0.0));
+        assert_eq!(v.affinity(1, &[0.5, 0.25]), 0.25);
+    }
+}

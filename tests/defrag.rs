@@ -1,0 +1,221 @@
+//! DEFRAG, FIAT and REFRAG end to end: train on vendored data, open the bundle, predict, and
+//! refuse bundles whose feature map or prototypes point out of range.
+// Helpers outside #[test] functions unwrap too: this is test code.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use xmc::bundle::Bundle;
+use xmc::config::TrainConfig;
+use xmc::data::{self, Dataset};
+use xmc::defrag::view::DefragViewError;
+use xmc::model::{Model, ModelError, PredictOptions, QueryError};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
+
+fn load(split: &str) -> Dataset {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/Corel5k/{split}.txt.gz"));
+    let mut ds = data::read_xc_file(&path).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    ds
+}
+
+fn train_with(ds: &Dataset, sets: &[&str]) -> Trained {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    let cfg = TrainConfig::load(None, &sets).unwrap();
+    train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+}
+
+fn open(t: &Trained) -> Result<Model, ModelError> {
+    Model::from_bundle(Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap())
+}
+
+fn p_at_1(model: &Model, ds: &Dataset, opts: &PredictOptions) -> f64 {
+    let mut hits = 0;
+    for i in 0..ds.n_points() {
+        let (idx, val) = ds.feature_row(i);
+        let p = model.predict(idx, val, opts).unwrap();
+        if let Some(top) = p.labels.first() {
+            hits += usize::from(ds.label_row(i).contains(&top.0));
+        }
+    }
+    hits as f64 / ds.n_points() as f64
+}
+
+#[test]
+fn defrag_model_is_balanced_smaller_and_still_learns() {
+    let (train, test) = (load("train"), load("test"));
+    let plain = train_with(&train, &["max_leaf=40"]);
+    let t = train_with(
+        &train,
+        &["max_leaf=40", "defrag=xy", "d0=8", "refrag=on", "fiat=on"],
+    );
+    let d = train.n_features();
+    let a = &t.defrag[0];
+    assert_eq!(a.map.len(), d);
+    assert_eq!(a.sizes.len(), d.div_ceil(8));
+    assert!(a.sizes.iter().all(|&s| s <= 8));
+    assert!(xmc::defrag::balance_factor(&a.sizes) <= 8.0 / 7.0 + 1e-9);
+    assert!(t.trees[0].chunks.n_weights() < plain.trees[0].chunks.n_weights());
+    let model = open(&t).unwrap();
+    let base = open(&plain).unwrap();
+    let opts = PredictOptions::default();
+    let (p_base, p_defrag) = (p_at_1(&base, &test, &opts), p_at_1(&model, &test, &opts));
+    // Corel5k's vendored copy is small; the agglomerated model must still learn (the plain
+    // model is about 0.3, chance is far below 0.05).
+    assert!(p_defrag > 0.15, "DEFRAG P@1 {p_defrag} (plain {p_base})");
+    for (rerank, impute) in [(false, false), (true, false), (false, true), (true, true)] {
+        let o = PredictOptions {
+            rerank: Some(rerank),
+            impute: Some(impute),
+            ..PredictOptions::default()
+        };
+        let (idx, val) = test.feature_row(0);
+        let p = model.predict(idx, val, &o).unwrap();
+        assert_eq!(p.labels.len(), 5);
+        assert!(p.scores.windows(2).all(|w| w[0] >= w[1]), "{:?}", p.scores);
+        assert!(p.scores.iter().all(|s| (0.0..=1.0).contains(s)));
+    }
+    // A plain model has no prototypes or scales: asking for them is the caller's error.
+    let (idx, val) = test.feature_row(0);
+    for o in [
+        PredictOptions {
+            rerank: Some(true),
+            ..PredictOptions::default()
+        },
+        PredictOptions {
+            impute: Some(true),
+            ..PredictOptions::default()
+        },
+    ] {
+        let e = base.predict(idx, val, &o).unwrap_err();
+        assert!(matches!(e, QueryError::Unavailable { .. }), "{e}");
+    }
+}
+
+#[test]
+fn rerank_changes_order_only_among_search_candidates() {
+    let train = load("train");
+    let t = train_with(&train, &["max_leaf=40", "defrag=x", "refrag=on"]);
+    let model = open(&t).unwrap();
+    let (idx, val) = train.feature_row(3);
+    let wide = PredictOptions {
+        k: 20,
+        rerank: Some(false),
+        ..PredictOptions::default()
+    };
+    let candidates = model.predict(idx, val, &wide).unwrap().labels;
+    let reranked = model
+        .predict(
+            idx,
+            val,
+            &PredictOptions {
+                rerank: Some(true),
+                candidates: Some(20),
+                rerank_gamma: Some(100.0),
+                ..PredictOptions::default()
+            },
+        )
+        .unwrap();
+    assert!(reranked.labels.iter().all(|l| candidates.contains(l)));
+    // With α = 1 the affinity has no weight and the order is the tree's.
+    let alpha1 = model
+        .predict(
+            idx,
+            val,
+            &PredictOptions {
+                rerank: Some(true),
+                rerank_alpha: Some(1.0),
+                ..PredictOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(alpha1.labels, candidates[..5].to_vec());
+}
+
+#[test]
+fn same_seed_gives_same_clusters_and_members_get_fresh_ones() {
+    let train = load("train");
+    let sets = ["max_leaf=40", "defrag=n", "trees=2", "fiat=on"];
+    let (a, b) = (train_with(&train, &sets), train_with(&train, &sets));
+    assert_eq!(a.meta.version, b.meta.version);
+    assert_eq!(a.defrag[0].map, b.defrag[0].map);
+    assert_ne!(
+        a.defrag[0].map, a.defrag[1].map,
+        "each member clusters afresh"
+    );
+    assert!(open(&a).is_ok());
+}
+
+#[test]
+fn out_of_range_cluster_ids_and_prototype_indices_are_refused_at_open() {
+    let train = load("train");
+    let t = train_with(&train, &["max_leaf=40", "defrag=xy", "refrag=on"]);
+    let k = t.defrag[0].sizes.len() as u32;
+
+    let mut bad = train_with(&train, &["max_leaf=40", "defrag=xy", "refrag=on"]);
+    bad.defrag[0].map[5] = k;
+    let e = open(&bad).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ModelError::Defrag {
+                source: DefragViewError::ClusterOutOfRange { feature: 5, .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    let mut bad = t;
+    let protos = bad.defrag[0].prototypes.as_mut().unwrap();
+    let last = protos.idx.len() - 1;
+    protos.idx[last] = k + 3;
+    let e = open(&bad).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ModelError::Defrag {
+                source: DefragViewError::ProtoIndex { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn erasure_removes_the_asked_share_of_each_row() {
+    let test = load("test");
+    let erased = xmc::defrag::erase_features(&test, 0.5, 1);
+    for i in 0..test.n_points() {
+        let (full, _) = test.feature_row(i);
+        let (kept, _) = erased.feature_row(i);
+        assert_eq!(
+            kept.len(),
+            full.len() - (full.len() as f64 * 0.5).round() as usize
+        );
+        assert!(kept.iter().all(|f| full.contains(f)));
+    }
+    assert_eq!(erased, xmc::defrag::erase_features(&test, 0.5, 1));
+}
+
+#[test]
+fn config_keys_are_checked_and_named() {
+    let cfg = TrainConfig::load(
+        None,
+        &["defrag=n".into(), "d0=16".into(), "refrag=on".into()],
+    )
+    .unwrap();
+    assert_eq!((cfg.defrag.d0, cfg.defrag.refrag), (16, true));
+    for (set, key) in [
+        (vec!["defrag=z"], "`defrag`"),
+        (vec!["fiat=on"], "`fiat`"),
+        (vec!["defrag=x", "d0=0"], "`d0`"),
+        (vec!["defrag=x", "refrag_alpha=2"], "`refrag_alpha`"),
+        (vec!["defrag=x", "defrag_points=0"], "`defrag_points`"),
+    ] {
+        let sets: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        let err = TrainConfig::load(None, &sets).unwrap_err();
+        assert!(err.to_string().contains(key), "{set:?}: {err}");
+    }
+}
