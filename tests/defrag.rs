@@ -3,42 +3,22 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
+
+use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
-use xmc::data::{self, Dataset};
+use xmc::data::Dataset;
 use xmc::defrag::view::DefragViewError;
 use xmc::model::{Model, ModelError, PredictOptions, QueryError};
-use xmc::train::{self, Quiet, TrainInputs, Trained};
+use xmc::train::Trained;
 
 fn load(split: &str) -> Dataset {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/Corel5k/{split}.txt.gz"));
-    let mut ds = data::read_xc_file(&path).unwrap();
-    data::l2_normalize_rows(&mut ds.features);
-    ds
-}
-
-fn train_with(ds: &Dataset, sets: &[&str]) -> Trained {
-    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    let cfg = TrainConfig::load(None, &sets).unwrap();
-    train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+    common::load("Corel5k", split)
 }
 
 fn open(t: &Trained) -> Result<Model, ModelError> {
     Model::from_bundle(Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap())
-}
-
-fn p_at_1(model: &Model, ds: &Dataset, opts: &PredictOptions) -> f64 {
-    let mut hits = 0;
-    for i in 0..ds.n_points() {
-        let (idx, val) = ds.feature_row(i);
-        let p = model.predict(idx, val, opts).unwrap();
-        if let Some(top) = p.labels.first() {
-            hits += usize::from(ds.label_row(i).contains(&top.0));
-        }
-    }
-    hits as f64 / ds.n_points() as f64
 }
 
 #[test]

@@ -295,8 +295,7 @@ fn split_recursive(
             bisect::bisect_weighted(vectors, &rows, &weights, target, params, seed)
         }
         _ => {
-            let (q, r) = (rows.len() / n_parts, rows.len() % n_parts);
-            let left_len = left_parts * q + r.min(left_parts);
+            let left_len = balanced_left_len(rows.len(), n_parts, left_parts);
             bisect::bisect(vectors, &rows, left_len, params, seed)
         }
     };
@@ -318,6 +317,13 @@ fn split_recursive(
         derive_seed(seed, 1),
         out,
     );
+}
+
+/// How many of `n_rows` rows go left when they are cut into `n_parts` parts as equal as
+/// possible and the left side yields `left_parts` of them (the remainder goes to the first parts).
+pub(crate) fn balanced_left_len(n_rows: usize, n_parts: usize, left_parts: usize) -> usize {
+    let (q, r) = (n_rows / n_parts, n_rows % n_parts);
+    left_parts * q + r.min(left_parts)
 }
 
 /// Derives the seed of child `index` from its parent's seed.

@@ -61,8 +61,7 @@ fn split(
     }
     let left_parts = n_parts - n_parts / 2;
     let right_parts = n_parts - left_parts;
-    let (q, r) = (rows.len() / n_parts, rows.len() % n_parts);
-    let left_len = left_parts * q + r.min(left_parts);
+    let left_len = crate::cluster::balanced_left_len(rows.len(), n_parts, left_parts);
     let (left, right) = bisect(reps, inv_ideal, &rows, left_len, seed);
     let (mut a, mut b) = (Vec::new(), Vec::new());
     rayon::join(

@@ -465,9 +465,7 @@ impl Model {
         if let Some(bp) = &self.bp {
             // BP models have no DEFRAG stage (training refuses the pair): the router and the
             // blocks read the query itself.
-            for (&i, &v) in scratch.q_idx.iter().zip(&scratch.q_val) {
-                scratch.dense[i as usize] = v;
-            }
+            scatter(&mut scratch.dense, &scratch.q_idx, &scratch.q_val);
             let query = BpQuery {
                 limits: &limits,
                 early_stop: options.early_stop,
@@ -491,9 +489,7 @@ impl Model {
             for c in scratch.merged.iter_mut() {
                 c.1 = c.1.exp();
             }
-            for &i in &scratch.q_idx {
-                scratch.dense[i as usize] = 0.0;
-            }
+            unscatter(&mut scratch.dense, &scratch.q_idx);
         }
         for (t, tree) in self.trees.iter().enumerate() {
             let tree = tree.borrowed();
@@ -510,17 +506,13 @@ impl Model {
                 }
                 None => (&scratch.q_idx, &scratch.q_val),
             };
-            for (&i, &v) in qi.iter().zip(qv) {
-                scratch.dense[i as usize] = v;
-            }
+            scatter(&mut scratch.dense, qi, qv);
             let stats = if options.early_stop {
                 tree.early_stop_search(qi, qv, &scratch.dense, loss, &limits, &mut scratch.search)
             } else {
                 tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)
             };
-            for &i in qi {
-                scratch.dense[i as usize] = 0.0;
-            }
+            unscatter(&mut scratch.dense, qi);
             nodes += stats.nodes_evaluated;
             outputs += stats.outputs_evaluated;
             early &= stats.early_stopped;
@@ -563,15 +555,11 @@ impl Model {
                 self.meta.normalize,
                 &mut scratch.agg,
             );
-            for (&i, &v) in scratch.agg.idx.iter().zip(&scratch.agg.val) {
-                scratch.dense[i as usize] = v;
-            }
+            scatter(&mut scratch.dense, &scratch.agg.idx, &scratch.agg.val);
             for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
                 *a += view.affinity(c.0, &scratch.dense);
             }
-            for &i in &scratch.agg.idx {
-                scratch.dense[i as usize] = 0.0;
-            }
+            unscatter(&mut scratch.dense, &scratch.agg.idx);
         }
         let inv = 1.0 / self.defrag.len().max(1) as f32;
         for (c, &a) in scratch.merged.iter_mut().zip(&scratch.affinity) {
@@ -611,6 +599,20 @@ impl Model {
     /// The model's loss (it maps classifier scores to log-probabilities).
     pub fn loss(&self) -> Loss {
         self.meta.loss
+    }
+}
+
+/// Writes a sparse query into the dense scratch vector (its ids are below the vector's length).
+fn scatter(dense: &mut [f32], idx: &[u32], val: &[f32]) {
+    for (&i, &v) in idx.iter().zip(val) {
+        dense[i as usize] = v;
+    }
+}
+
+/// Zeroes what [`scatter`] wrote, so the vector is clean for the next query.
+fn unscatter(dense: &mut [f32], idx: &[u32]) {
+    for &i in idx {
+        dense[i as usize] = 0.0;
     }
 }
 
