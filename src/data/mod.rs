@@ -69,6 +69,7 @@ impl Dataset {
 ///
 /// # Panics
 /// If `i` is not below the number of outer dimensions.
+#[inline]
 pub fn row_slices(m: &SparseMatrix, i: usize) -> (&[u32], &[f32]) {
     let ptr = m.indptr();
     let range = ptr.outer_inds_sz(i);

@@ -249,7 +249,8 @@ impl<'a> Problem<'a> {
                     .copied()
                     .zip(col_vals[a..b].iter().copied())
                     .collect();
-                pairs.sort_by(|p, q| q.1.abs().total_cmp(&p.1.abs()).then(p.0.cmp(&q.0)));
+                // Rows are distinct, so this order is total and an unstable sort is exact.
+                pairs.sort_unstable_by(|p, q| q.1.abs().total_cmp(&p.1.abs()).then(p.0.cmp(&q.0)));
                 for (k, (r, v)) in pairs.into_iter().enumerate() {
                     col_rows[a + k] = r;
                     col_vals[a + k] = v;
