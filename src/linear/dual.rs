@@ -13,6 +13,10 @@ pub(crate) struct Workspace {
     /// Features with a non-zero v, in first-touched order.
     pub touched: Vec<u32>,
     pub is_touched: Vec<bool>,
+    /// Rows whose features are all in `touched` (rows that have had an update), and membership:
+    /// a row's features are registered on its first update only, not checked on every one.
+    pub seen_rows: Vec<u32>,
+    pub row_seen: Vec<bool>,
     /// The bias coordinate of v (and of w: it is never thresholded).
     pub v0: f64,
     /// Dual variables, per row.
@@ -40,6 +44,8 @@ impl Workspace {
             w: vec![0.0; d],
             touched: Vec::new(),
             is_touched: vec![false; d],
+            seen_rows: Vec::new(),
+            row_seen: vec![false; n],
             v0: 0.0,
             alpha: vec![0.0; n],
             positive: vec![false; n],
@@ -67,6 +73,7 @@ impl Workspace {
             self.score.resize(n, 0.0);
             self.is_scored.resize(n, false);
             self.in_active.resize(n, false);
+            self.row_seen.resize(n, false);
         }
     }
 
@@ -111,25 +118,29 @@ impl Workspace {
         let dy = delta * self.y(i);
         self.v0 += dy;
         let (idx, val) = crate::data::row_slices(p.x, i);
-        if l1 == 0.0 {
-            // Without the ℓ1 term prox is the identity: w = v, so only w is kept (half the
-            // memory traffic of the update, which dominates training).
-            for (&j, &x) in idx.iter().zip(val) {
+        if !self.row_seen[i] {
+            // In the order the per-update check would have found them, so `touched` (and every
+            // sum over it) comes out the same.
+            self.row_seen[i] = true;
+            self.seen_rows.push(i as u32);
+            for &j in idx {
                 let j = j as usize;
                 if !self.is_touched[j] {
                     self.is_touched[j] = true;
                     self.touched.push(j as u32);
                 }
-                self.w[j] += dy * f64::from(x);
+            }
+        }
+        if l1 == 0.0 {
+            // Without the ℓ1 term prox is the identity: w = v, so only w is kept (half the
+            // memory traffic of the update, which dominates training).
+            for (&j, &x) in idx.iter().zip(val) {
+                self.w[j as usize] += dy * f64::from(x);
             }
             return;
         }
         for (&j, &x) in idx.iter().zip(val) {
             let j = j as usize;
-            if !self.is_touched[j] {
-                self.is_touched[j] = true;
-                self.touched.push(j as u32);
-            }
             let v = self.v[j] + dy * f64::from(x);
             self.v[j] = v;
             self.w[j] = soft_threshold(v, l1);
@@ -225,6 +236,10 @@ impl Workspace {
             self.is_touched[j as usize] = false;
         }
         self.touched.clear();
+        for &i in &self.seen_rows {
+            self.row_seen[i as usize] = false;
+        }
+        self.seen_rows.clear();
         kept.sort_unstable_by_key(|p| p.0);
         let bias = self.v0 as f32;
         self.v0 = 0.0;

@@ -111,19 +111,28 @@ pub(crate) fn solve(
         if exact {
             // With w̃ = w the search saw every score outside A (up to the §5.3 truncation), so
             // the duality gap costs only the margins of A.
-            let mut inside = 0.0;
-            for k in 0..ws.active.len() {
-                let i = ws.active[k] as usize;
-                inside += dual::loss(params.loss, ws.y(i) * ws.margin(p, i));
-            }
-            let primal = ws.regularizer(f64::from(params.l1)) + c * inside + outside;
+            let reg = ws.regularizer(f64::from(params.l1));
             let g = ws.dual_objective(&ws.active, params);
-            stats.primal = primal;
-            stats.gap = (primal + g) / primal.max(1e-12);
-            f_est = primal.max(1e-12);
-            if stats.gap <= tol {
-                stats.converged = true;
-                break;
+            // F ≥ reg + outside =: F_lb, and with G < 0 the gap 1 + G/F grows with F: when
+            // 1 + G/F_lb already exceeds tol the round cannot be the last, and A's margins (an
+            // epoch's worth of work) are not needed. The logistic loss wants F itself for θ.
+            let lower = reg + outside;
+            let surely_open =
+                params.loss != Loss::Logistic && g < 0.0 && lower > 1e-12 && 1.0 + g / lower > tol;
+            if !surely_open {
+                let mut inside = 0.0;
+                for k in 0..ws.active.len() {
+                    let i = ws.active[k] as usize;
+                    inside += dual::loss(params.loss, ws.y(i) * ws.margin(p, i));
+                }
+                let primal = reg + c * inside + outside;
+                stats.primal = primal;
+                stats.gap = (primal + g) / primal.max(1e-12);
+                f_est = primal.max(1e-12);
+                if stats.gap <= tol {
+                    stats.converged = true;
+                    break;
+                }
             }
             if candidates.is_empty() {
                 // Nothing left to add: the active problem needs solving more precisely.
