@@ -193,6 +193,16 @@ impl<'a> BundleWriter<'a> {
         out.write_all(&encode_footer(meta_crc.finalize()))
     }
 
+    /// Streams the whole bundle to `out` (unbuffered: wrap a file in a `BufWriter`), and returns
+    /// its length in bytes. The bytes are those [`BundleWriter::to_bytes`] returns, without
+    /// holding them all in memory (the content hash of a model streams its bundle this way).
+    pub fn write_to(&self, out: &mut impl Write) -> Result<u64, FormatError> {
+        let layout = self.layout()?;
+        self.stream(&layout, out)
+            .map_err(|e| FormatError::io("<stream>", e))?;
+        Ok(layout.file_len)
+    }
+
     /// The whole bundle as bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>, FormatError> {
         let layout = self.layout()?;

@@ -17,6 +17,7 @@ use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
 use crate::tree::view::TreeArrays;
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 use thiserror::Error;
@@ -183,51 +184,58 @@ pub fn train(
         // exactly what they were before the λ split existed.
         let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
         let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
-        for t in 0..cfg.trees {
-            let seed = cfg
-                .seed
-                .wrapping_add(t as u64)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            // DEFRAG: a fresh feature clustering per member (App. A.3); the tree then trains on
-            // the agglomerated rows.
-            let start = Instant::now();
-            let member = if cfg.defrag.on() {
-                progress.phase(&format!("tree {t}: feature clusters"), 1);
-                let built = crate::defrag::train::build(
-                    ds,
-                    &cfg.defrag,
-                    cfg.normalize,
-                    crate::cluster::derive_seed(seed, 0xDEF8A6),
-                )
-                .map_err(|source| TrainError::Defrag { tree: t, source })?;
+        // The trees are independent, so they train concurrently: the members' partitions first,
+        // then every member's classifiers in one pool, so that one tree's narrow top levels (a
+        // root with two columns) overlap with another's wide bottom ones. Each member's seed and
+        // each column's seed are fixed, so the bundle does not depend on the schedule.
+        let seeds: Vec<u64> = (0..cfg.trees)
+            .map(|t| {
+                cfg.seed
+                    .wrapping_add(t as u64)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            })
+            .collect();
+        progress.phase(
+            if cfg.defrag.on() {
+                "feature clusters and label partitions"
+            } else {
+                "label partitions"
+            },
+            cfg.trees as u64,
+        );
+        let members: Vec<Member> = seeds
+            .par_iter()
+            .enumerate()
+            .map(|(t, &seed)| {
+                let member = partition_member(ds, cfg, freqs.as_ref(), seed, t);
                 progress.step();
+                member
+            })
+            .collect::<Result<_, _>>()?;
+        let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
+        progress.phase("classifiers", n_nodes as u64);
+        let trained: Vec<OneTree> = members
+            .par_iter()
+            .zip(&seeds)
+            .enumerate()
+            .map(|(t, (m, &seed))| {
+                let member_ds = m.defrag.as_ref().map_or(ds, |b| &b.dataset);
+                tree_classifiers(member_ds, cfg, &m.layout, seed, &|| progress.step())
+                    .map_err(|e| e.for_tree(t))
+            })
+            .collect::<Result<_, _>>()?;
+        for (t, (m, one)) in members.into_iter().zip(trained).enumerate() {
+            if let Some(built) = &m.defrag {
                 seconds.insert(
                     format!("tree{t}_defrag_clustering"),
                     built.arrays.cluster_seconds.into(),
                 );
-                seconds.insert(
-                    format!("tree{t}_defrag"),
-                    start.elapsed().as_secs_f64().into(),
-                );
-                Some(built)
-            } else {
-                None
-            };
-            let member_ds = member.as_ref().map_or(ds, |b| &b.dataset);
-            let one = train_one_tree(
-                member_ds,
-                cfg,
-                cfg.model,
-                freqs.as_ref(),
-                seed,
-                progress,
-                &t.to_string(),
-            )
-            .map_err(|e| e.for_tree(t))?;
-            seconds.insert(format!("tree{t}_partition"), one.partition_s.into());
+                seconds.insert(format!("tree{t}_defrag"), m.defrag_s.into());
+            }
+            seconds.insert(format!("tree{t}_partition"), m.partition_s.into());
             seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
             let mut stats = one.stats;
-            if let Some(built) = member {
+            if let Some(built) = m.defrag {
                 if let Some(obj) = stats.as_object_mut() {
                     obj.insert("defrag".into(), defrag_stats(&built.arrays));
                 }
@@ -319,22 +327,63 @@ impl OneTreeError {
     }
 }
 
-/// Trains one model of kind `kind` on `ds`: a label tree (balanced, or λ-weighted with `freqs`)
-/// or a flat one-leaf tree, then its classifiers. `name` labels the progress phases.
-pub(crate) fn train_one_tree(
+/// One ensemble member before its classifiers: its DEFRAG clustering (when on) and its layout.
+struct Member {
+    defrag: Option<crate::defrag::train::Built>,
+    /// Seconds spent on DEFRAG, clustering included.
+    defrag_s: f64,
+    layout: TreeLayout,
+    /// Seconds spent on the label partition.
+    partition_s: f64,
+}
+
+/// Member `t`'s feature clustering (DEFRAG: a fresh one per member, App. A.3) and label tree.
+fn partition_member(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    freqs: Option<&crate::tree::LabelFrequencies>,
+    seed: u64,
+    t: usize,
+) -> Result<Member, TrainError> {
+    let start = Instant::now();
+    let defrag = if cfg.defrag.on() {
+        Some(
+            crate::defrag::train::build(
+                ds,
+                &cfg.defrag,
+                cfg.normalize,
+                crate::cluster::derive_seed(seed, 0xDEF8A6),
+            )
+            .map_err(|source| TrainError::Defrag { tree: t, source })?,
+        )
+    } else {
+        None
+    };
+    let defrag_s = start.elapsed().as_secs_f64();
+    let member_ds = defrag.as_ref().map_or(ds, |b| &b.dataset);
+    let start = Instant::now();
+    let layout = tree_layout(member_ds, cfg, cfg.model, freqs, seed)
+        .map_err(|e| OneTreeError::Layout(e).for_tree(t))?;
+    Ok(Member {
+        defrag,
+        defrag_s,
+        layout,
+        partition_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The layout of one model of kind `kind` on `ds`: a label tree (balanced, or λ-weighted with
+/// `freqs`) or a flat one-leaf tree.
+fn tree_layout(
     ds: &Dataset,
     cfg: &TrainConfig,
     kind: ModelKind,
     freqs: Option<&crate::tree::LabelFrequencies>,
     seed: u64,
-    progress: &dyn Progress,
-    name: &str,
-) -> Result<OneTree, OneTreeError> {
-    let start = Instant::now();
-    let layout = match kind {
-        ModelKind::Flat => single_leaf(ds.n_labels()).map_err(OneTreeError::Layout)?,
+) -> Result<TreeLayout, TreeError> {
+    match kind {
+        ModelKind::Flat => single_leaf(ds.n_labels()),
         ModelKind::Tree => {
-            progress.phase(&format!("tree {name}: label partition"), 1);
             let emb = pifa_embeddings(ds);
             let mut params = TreeParams {
                 branching: cfg.branching,
@@ -342,7 +391,7 @@ pub(crate) fn train_one_tree(
                 seed,
                 ..TreeParams::DEFAULT
             };
-            let layout = match freqs {
+            match freqs {
                 Some(freqs) => {
                     params.strategy = SplitStrategy::Weighted {
                         lambda: cfg.lambda,
@@ -352,20 +401,22 @@ pub(crate) fn train_one_tree(
                 }
                 None => build_tree(&emb, &params),
             }
-            .map_err(OneTreeError::Layout)?;
-            progress.step();
-            layout
         }
-    };
-    let partition_s = start.elapsed().as_secs_f64();
+    }
+}
+
+/// Trains the classifiers of `layout` on `ds`, calling `on_node_done` after each node.
+fn tree_classifiers(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    layout: &TreeLayout,
+    seed: u64,
+    on_node_done: &(dyn Fn() + Sync),
+) -> Result<OneTree, OneTreeError> {
     let start = Instant::now();
-    progress.phase(
-        &format!("tree {name}: classifiers"),
-        layout.n_nodes() as u64,
-    );
     let solver = crate::linear::SolverParams { seed, ..cfg.solver };
     let arrays =
-        train_tree(ds, &layout, &solver, &|| progress.step()).map_err(OneTreeError::Classifiers)?;
+        train_tree(ds, layout, &solver, on_node_done).map_err(OneTreeError::Classifiers)?;
     let classifiers_s = start.elapsed().as_secs_f64();
     let stats = serde_json::json!({
         "nodes": layout.n_nodes(),
@@ -380,9 +431,38 @@ pub(crate) fn train_one_tree(
     Ok(OneTree {
         arrays,
         stats,
-        partition_s,
+        partition_s: 0.0,
         classifiers_s,
     })
+}
+
+/// Trains one model of kind `kind` on `ds`: a label tree (balanced, or λ-weighted with `freqs`)
+/// or a flat one-leaf tree, then its classifiers. `name` labels the progress phases.
+pub(crate) fn train_one_tree(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    kind: ModelKind,
+    freqs: Option<&crate::tree::LabelFrequencies>,
+    seed: u64,
+    progress: &dyn Progress,
+    name: &str,
+) -> Result<OneTree, OneTreeError> {
+    let start = Instant::now();
+    if kind == ModelKind::Tree {
+        progress.phase(&format!("tree {name}: label partition"), 1);
+    }
+    let layout = tree_layout(ds, cfg, kind, freqs, seed).map_err(OneTreeError::Layout)?;
+    if kind == ModelKind::Tree {
+        progress.step();
+    }
+    let partition_s = start.elapsed().as_secs_f64();
+    progress.phase(
+        &format!("tree {name}: classifiers"),
+        layout.n_nodes() as u64,
+    );
+    let mut one = tree_classifiers(ds, cfg, &layout, seed, &|| progress.step())?;
+    one.partition_s = partition_s;
+    Ok(one)
 }
 
 /// The layout of a flat model: the root is the only node, a leaf holding every label.
@@ -506,6 +586,22 @@ fn content_hash(
     add_arrays(&mut w, trees, bp, label_counts)?;
     add_defrag(&mut w, defrag)?;
     add_names(&mut w, label_names, feature_names)?;
-    let digest = Sha256::digest(w.to_bytes()?);
+    let mut hasher = HashWriter(Sha256::new());
+    w.write_to(&mut hasher)?;
+    let digest = hasher.0.finalize();
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Feeds written bytes to a SHA-256, so a bundle is hashed as it streams, never held whole.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
