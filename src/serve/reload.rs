@@ -131,6 +131,32 @@ fn lower_priority(nice: i32) {
     let _ = nice;
 }
 
+/// Drops the unpublished model on a low-priority thread of its own once no request holds it.
+///
+/// Whoever drops the last reference unmaps the bundle: tens of milliseconds for a large model,
+/// with TLB shootdowns on every core. Left to chance that would be a request (which then pays it
+/// as latency) or an async worker (which stalls every request queued on it). The releaser keeps
+/// one reference, so requests finishing on the old model only decrement a count, and polls until
+/// it holds the last one.
+fn release_in_background<T: Send + Sync + 'static>(old: Arc<T>, nice: i32) {
+    let spawned = std::thread::Builder::new()
+        .name("xmc-release".into())
+        .spawn(move || {
+            lower_priority(nice);
+            while Arc::strong_count(&old) > 1 {
+                std::thread::sleep(RELEASE_POLL);
+            }
+            drop(old);
+        });
+    if let Err(e) = spawned {
+        // The `old` moved into the failed closure is dropped here, as it would have been.
+        tracing::warn!(error = %e, "could not start the release thread; unmapping inline");
+    }
+}
+
+/// How often the release thread looks whether the last request on the old model ended.
+const RELEASE_POLL: Duration = Duration::from_millis(5);
+
 /// How a load was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -192,11 +218,15 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
                 )
                 .set(0.0);
             }
-            state.current.store(Some(Arc::new(Loaded {
+            let old = state.current.swap(Some(Arc::new(Loaded {
                 model,
                 sig,
                 loaded_unix: unix_now(),
             })));
+            drop(serving);
+            if let Some(old) = old {
+                release_in_background(old, nice);
+            }
             metrics::gauge!("xmc_model_info", "name" => name.clone(), "version" => version.clone())
                 .set(1.0);
             metrics::counter!("xmc_model_reloads_total", "result" => "ok").increment(1);
@@ -242,6 +272,25 @@ pub async fn poll(state: Arc<AppState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_old_model_is_released_once_its_last_request_ends() {
+        let old = Arc::new(vec![7u8; 1024]);
+        let watch = Arc::downgrade(&old);
+        let request = Arc::clone(&old);
+        release_in_background(old, 0);
+        std::thread::sleep(RELEASE_POLL * 4);
+        assert!(
+            watch.upgrade().is_some(),
+            "released under a running request"
+        );
+        drop(request);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while watch.strong_count() > 0 {
+            assert!(std::time::Instant::now() < deadline, "never released");
+            std::thread::sleep(RELEASE_POLL);
+        }
+    }
 
     #[tokio::test]
     async fn loads_run_on_their_own_thread_at_the_configured_nice_value() {
