@@ -131,6 +131,22 @@ pub fn metrics_handle() -> PrometheusHandle {
         .clone()
 }
 
+/// How often the histograms' raw samples are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Folds the histograms' pending samples into their buckets every [`METRICS_UPKEEP`]. The
+/// recorder keeps every observation until then; without upkeep a server nobody scrapes would
+/// grow by 8 bytes per histogram per request (about 100 KB/s at 4000 req/s, seen in the hot-swap
+/// load test).
+async fn metrics_upkeep(handle: PrometheusHandle) {
+    let mut tick = tokio::time::interval(METRICS_UPKEEP);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        handle.run_upkeep();
+    }
+}
+
 /// Records the per-route request metrics: one layer for every route.
 async fn track(req: Request, next: Next) -> Response {
     let route = req
@@ -217,6 +233,7 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     if state.cfg.poll_interval_ms > 0 {
         tokio::spawn(reload::poll(state.clone()));
     }
+    tokio::spawn(metrics_upkeep(state.metrics.clone()));
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let metrics = metrics_app(state.clone());
