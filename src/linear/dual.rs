@@ -92,21 +92,21 @@ impl Workspace {
     /// w·xᵢ + w₀.
     #[inline]
     pub fn margin(&self, p: &Problem<'_>, i: usize) -> f64 {
-        let (idx, val) = crate::data::row_slices(p.x, i);
+        let row = p.row(i);
         let w = &self.w[..];
         // Four partial sums: one chain of dependent additions would make this loop, the
         // hottest of training, wait on the adder's latency at every non-zero.
         let mut s = [0.0f64; 4];
-        let (ic, vc) = (idx.chunks_exact(4), val.chunks_exact(4));
-        let (ir, vr) = (ic.remainder(), vc.remainder());
-        for (j, x) in ic.zip(vc) {
-            s[0] += w[j[0] as usize] * f64::from(x[0]);
-            s[1] += w[j[1] as usize] * f64::from(x[1]);
-            s[2] += w[j[2] as usize] * f64::from(x[2]);
-            s[3] += w[j[3] as usize] * f64::from(x[3]);
+        let chunks = row.chunks_exact(4);
+        let rest = chunks.remainder();
+        for e in chunks {
+            s[0] += w[e[0].j as usize] * f64::from(e[0].x);
+            s[1] += w[e[1].j as usize] * f64::from(e[1].x);
+            s[2] += w[e[2].j as usize] * f64::from(e[2].x);
+            s[3] += w[e[3].j as usize] * f64::from(e[3].x);
         }
-        for (&j, &x) in ir.iter().zip(vr) {
-            s[0] += w[j as usize] * f64::from(x);
+        for e in rest {
+            s[0] += w[e.j as usize] * f64::from(e.x);
         }
         self.v0 + ((s[0] + s[1]) + (s[2] + s[3]))
     }
@@ -117,14 +117,14 @@ impl Workspace {
         self.alpha[i] += delta;
         let dy = delta * self.y(i);
         self.v0 += dy;
-        let (idx, val) = crate::data::row_slices(p.x, i);
+        let row = p.row(i);
         if !self.row_seen[i] {
             // In the order the per-update check would have found them, so `touched` (and every
             // sum over it) comes out the same.
             self.row_seen[i] = true;
             self.seen_rows.push(i as u32);
-            for &j in idx {
-                let j = j as usize;
+            for e in row {
+                let j = e.j as usize;
                 if !self.is_touched[j] {
                     self.is_touched[j] = true;
                     self.touched.push(j as u32);
@@ -134,14 +134,14 @@ impl Workspace {
         if l1 == 0.0 {
             // Without the ℓ1 term prox is the identity: w = v, so only w is kept (half the
             // memory traffic of the update, which dominates training).
-            for (&j, &x) in idx.iter().zip(val) {
-                self.w[j as usize] += dy * f64::from(x);
+            for e in row {
+                self.w[e.j as usize] += dy * f64::from(e.x);
             }
             return;
         }
-        for (&j, &x) in idx.iter().zip(val) {
-            let j = j as usize;
-            let v = self.v[j] + dy * f64::from(x);
+        for e in row {
+            let j = e.j as usize;
+            let v = self.v[j] + dy * f64::from(e.x);
             self.v[j] = v;
             self.w[j] = soft_threshold(v, l1);
         }

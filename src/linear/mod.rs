@@ -205,6 +205,18 @@ pub(crate) struct Problem<'a> {
     pub col_vals: Vec<f32>,
     /// ‖x̂ᵢ‖² = ‖xᵢ‖² + 1 (the bias feature).
     pub q_diag: Vec<f64>,
+    /// X's rows again, packed for the coordinate steps: row i is
+    /// `row_entries[row_start[i]..row_start[i + 1]]`, each feature beside its value, so that a
+    /// step on a random row reads one contiguous run instead of three arrays.
+    pub row_start: Vec<usize>,
+    pub row_entries: Vec<Entry>,
+}
+
+/// One non-zero of a packed row: a feature id and its value.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub j: u32,
+    pub x: f32,
 }
 
 impl<'a> Problem<'a> {
@@ -212,6 +224,9 @@ impl<'a> Problem<'a> {
         let (n, d) = (x.rows(), x.cols());
         let mut q_diag = Vec::with_capacity(n);
         let mut counts = vec![0usize; d + 1];
+        let mut row_start = Vec::with_capacity(n + 1);
+        let mut row_entries = Vec::with_capacity(x.nnz());
+        row_start.push(0);
         for i in 0..n {
             let (idx, val) = crate::data::row_slices(x, i);
             let mut sq = 1.0f64;
@@ -221,8 +236,10 @@ impl<'a> Problem<'a> {
                 }
                 sq += f64::from(v) * f64::from(v);
                 counts[j as usize + 1] += 1;
+                row_entries.push(Entry { j, x: v });
             }
             q_diag.push(sq);
+            row_start.push(row_entries.len());
         }
         for j in 0..d {
             counts[j + 1] += counts[j];
@@ -263,7 +280,15 @@ impl<'a> Problem<'a> {
             col_rows,
             col_vals,
             q_diag,
+            row_start,
+            row_entries,
         })
+    }
+
+    /// Row i, packed.
+    #[inline]
+    pub fn row(&self, i: usize) -> &[Entry] {
+        &self.row_entries[self.row_start[i]..self.row_start[i + 1]]
     }
 
     pub fn n(&self) -> usize {
