@@ -5,7 +5,8 @@
 //!   the κ most violating ones and adds them. Outside A every αᵢ is 0.
 //! - **Alg. 2.** The restricted problem is solved by randomized dual coordinate descent: epochs
 //!   over A in a random order, each step a clipped Newton step on αᵢ with w = prox_λ(X̂ᵀα) kept up
-//!   to date in O(nnz(xᵢ)).
+//!   to date in O(nnz(xᵢ)). A round runs at most 3 epochs while A is still growing fast (the
+//!   paper's fixed budget of S steps), and up to 10 once the search adds few samples.
 //! - **Alg. 3.** The search needs yᵢ w·xᵢ for the samples outside A. It is computed through X's
 //!   columns over the support of w, or of a random sparsification w̃ (R draws of j with
 //!   probability |w_j|/‖w‖₁, so E[w̃] = w) when R = ⌈2‖w‖₁²/δ²⌉ is smaller than nnz(w).
@@ -32,6 +33,11 @@ const DENSE_POSITIVES: usize = 4;
 /// The most coordinate-descent epochs per round on the active set. Rounds are cheap to repeat, and
 /// the duality gap, not this cap, decides when a column is done.
 const INNER_EPOCHS: usize = 10;
+/// The most epochs of a round whose active set is still growing fast: the first round, and any
+/// round after a search that added at least half as many samples as were active. Alg. 2 runs a
+/// fixed budget of steps per round; solving such a round precisely is wasted, because the samples
+/// the next search adds change the problem and the α are re-optimised with them anyway.
+const GROWING_EPOCHS: usize = 3;
 
 pub(crate) fn solve(
     p: &Problem<'_>,
@@ -70,6 +76,7 @@ pub(crate) fn solve(
     let mut wtilde: Vec<(u32, f64)> = Vec::new();
     let mut working: Vec<u32> = Vec::new();
     let mut force_exact = false;
+    let mut epochs = GROWING_EPOCHS;
     for _ in 0..params.max_iter {
         stats.iterations += 1;
         // Alg. 2 on the active set (with liblinear-style shrinking inside the round).
@@ -81,7 +88,7 @@ pub(crate) fn solve(
             &mut working,
             params,
             &mut rng,
-            INNER_EPOCHS,
+            epochs,
             inner_tol,
             &mut stats.updates,
         );
@@ -146,6 +153,11 @@ pub(crate) fn solve(
         // κ new samples per round, or as many as are already active when that is more: a column
         // whose support is a large share of the samples then needs O(log n) rounds, not O(n / κ).
         take_top(&mut candidates, params.kappa.max(ws.active.len()));
+        epochs = if 2 * candidates.len() >= ws.active.len() {
+            GROWING_EPOCHS
+        } else {
+            INNER_EPOCHS
+        };
         for &(_, i) in &candidates {
             ws.active.push(i);
             ws.in_active[i as usize] = true;
