@@ -1,13 +1,13 @@
 //! The open-loop sender.
 //!
-//! A pacer thread walks a fixed schedule of send times (constant spacing, or exponential gaps for
-//! Poisson arrivals) and hands each due request to a single-threaded tokio runtime, which sends it
-//! on a pool of keep-alive HTTP/1.1 connections. Nothing waits for a response before the next send:
+//! One thread walks a fixed schedule of send times (constant spacing, or exponential gaps for
+//! Poisson arrivals) on a single-threaded tokio runtime, and sends each due request on a pool of
+//! keep-alive HTTP/1.1 connections. Nothing waits for a response before the next send:
 //! when responses are slow, more requests are in flight and the pool opens more connections, so the
 //! offered rate holds. Each request's latency is measured from its *scheduled* send time, not from
-//! when it left (the coordinated-omission correction; see `loadtest/README.md`). The pacer sleeps
-//! on the OS clock rather than tokio's millisecond timer, so the tool's own lag stays near the
-//! kernel's timer slack; it is measured and reported as `lag`.
+//! when it left (the coordinated-omission correction; see `loadtest/README.md`). Near a send time,
+//! and while requests are in flight, the thread spins rather than sleeps (see [`run`]), so the
+//! tool's own lag stays at microseconds; it is measured and reported as `lag`.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -229,127 +229,137 @@ fn schedule(spec: &RunSpec) -> impl Iterator<Item = Duration> + Send + 'static {
     })
 }
 
+/// How close to a send time the sender stops sleeping and spins. tokio's timer has a
+/// resolution of 1 ms and a sleeping thread wakes late by the kernel's wake-up latency (about
+/// 0.1 ms on the 2-core VM, with a tail of milliseconds), so the last stretch is spun.
+const SPIN_WINDOW: Duration = Duration::from_millis(2);
+
 /// Runs `spec` against `target` on the current (single-threaded) runtime.
+///
+/// One thread paces, sends and receives. While a send is due within [`SPIN_WINDOW`], or a
+/// request is in flight, it spins instead of sleeping: each turn yields to the runtime (which
+/// polls the sockets without blocking) and to the OS scheduler (so a server thread that shares
+/// this core runs at once). Neither its send times nor the moment it sees a response then carry
+/// a wake-up of its own. Otherwise it sleeps on tokio's timer until the spin window opens.
 pub async fn run(
     client: &HttpClient,
     target: &Target,
     spec: &RunSpec,
     cancel: &Cancel,
 ) -> RunResult {
-    let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Sample, Option<Bytes>)>();
-    // A short lead so the first sends are not late because of thread start-up.
-    let start = Instant::now() + Duration::from_millis(5);
-    let pacer = {
-        let sched = schedule(spec);
-        let cancel = cancel.clone();
-        std::thread::spawn(move || {
-            for (i, offset) in sched.enumerate() {
-                if cancel.is_cancelled() {
-                    break;
-                }
-                let at = start + offset;
-                let now = Instant::now();
-                if at > now {
-                    std::thread::sleep(at - now);
-                }
-                if due_tx.send((i as u64, at)).is_err() {
-                    break;
-                }
-            }
-        })
-    };
+    let start = Instant::now();
+    let mut sched = schedule(spec).enumerate().peekable();
     let mut result = RunResult::default();
     let mut in_flight = 0usize;
     let mut pacing = true;
     let mut last_sched = start;
     let n_bodies = target.bodies.len();
-    let mut cancel_tick = tokio::time::interval(Duration::from_millis(50));
     let mut grace: Option<Instant> = None;
+    let finish = |result: &mut RunResult, in_flight: &mut usize, done: (Sample, Option<Bytes>)| {
+        let (sample, bytes) = done;
+        *in_flight -= 1;
+        if let Some(bytes) = bytes {
+            result.bodies.push(Kept {
+                body: sample.body,
+                scheduled_us: sample.scheduled_us,
+                bytes,
+            });
+        }
+        result.samples.push(sample);
+    };
     loop {
+        if cancel.is_cancelled() && grace.is_none() {
+            result.cancelled = true;
+            pacing = false;
+            // In-flight requests get a moment to finish; the rest are abandoned.
+            grace = Some(Instant::now() + spec.timeout.min(Duration::from_secs(2)));
+        }
+        let now = Instant::now();
+        if grace.is_some_and(|g| now >= g) {
+            break;
+        }
+        // Send everything that is due.
+        while pacing {
+            let Some(&(i, offset)) = sched.peek() else {
+                pacing = false;
+                break;
+            };
+            let at = start + offset;
+            if at > now {
+                break;
+            }
+            sched.next();
+            last_sched = at;
+            let body_idx = if n_bodies == 0 {
+                0
+            } else {
+                (spec.first_body + i) % n_bodies
+            };
+            let scheduled_us = (at - start).as_micros() as u64;
+            if in_flight >= spec.max_in_flight {
+                result.samples.push(Sample {
+                    scheduled_us,
+                    latency_us: 0,
+                    service_us: 0,
+                    lag_us: 0,
+                    status: Status::InFlightCap,
+                    body: body_idx,
+                });
+                continue;
+            }
+            in_flight += 1;
+            result.peak_in_flight = result.peak_in_flight.max(in_flight);
+            let body = target.bodies.get(body_idx).cloned();
+            let client = client.clone();
+            let uri = target.uri.clone();
+            let tx = done_tx.clone();
+            let timeout = spec.timeout;
+            let keep = spec.keep_bodies;
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let (status, bytes) = send(&client, &uri, body, &[], timeout).await;
+                let end = Instant::now();
+                let sample = Sample {
+                    scheduled_us,
+                    latency_us: end.saturating_duration_since(at).as_micros() as u64,
+                    service_us: (end - sent).as_micros() as u64,
+                    lag_us: sent.saturating_duration_since(at).as_micros() as u64,
+                    status,
+                    body: body_idx,
+                };
+                let keep = keep && sample.ok();
+                let _ = tx.send((sample, keep.then_some(bytes)));
+            });
+        }
+        while let Ok(done) = done_rx.try_recv() {
+            finish(&mut result, &mut in_flight, done);
+        }
         if !pacing && in_flight == 0 {
             break;
         }
-        if let Some(g) = grace
-            && Instant::now() >= g
-        {
-            break;
-        }
-        tokio::select! {
-            due = due_rx.recv(), if pacing => match due {
-                Some((i, at)) => {
-                    last_sched = at;
-                    let body_idx = if n_bodies == 0 {
-                        0
-                    } else {
-                        (spec.first_body + i as usize) % n_bodies
-                    };
-                    let scheduled_us = (at - start).as_micros() as u64;
-                    if in_flight >= spec.max_in_flight {
-                        result.samples.push(Sample {
-                            scheduled_us,
-                            latency_us: 0,
-                            service_us: 0,
-                            lag_us: 0,
-                            status: Status::InFlightCap,
-                            body: body_idx,
-                        });
-                        continue;
-                    }
-                    in_flight += 1;
-                    result.peak_in_flight = result.peak_in_flight.max(in_flight);
-                    let body = target.bodies.get(body_idx).cloned();
-                    let client = client.clone();
-                    let uri = target.uri.clone();
-                    let tx = done_tx.clone();
-                    let timeout = spec.timeout;
-                    let keep = spec.keep_bodies;
-                    tokio::spawn(async move {
-                        let sent = Instant::now();
-                        let (status, bytes) = send(&client, &uri, body, &[], timeout).await;
-                        let end = Instant::now();
-                        let sample = Sample {
-                            scheduled_us,
-                            latency_us: end.saturating_duration_since(at).as_micros() as u64,
-                            service_us: (end - sent).as_micros() as u64,
-                            lag_us: sent.saturating_duration_since(at).as_micros() as u64,
-                            status,
-                            body: body_idx,
-                        };
-                        let keep = keep && sample.ok();
-                        let _ = tx.send((sample, keep.then_some(bytes)));
-                    });
-                }
-                None => pacing = false,
-            },
-            done = done_rx.recv() => {
-                if let Some((sample, bytes)) = done {
-                    in_flight -= 1;
-                    if let Some(bytes) = bytes {
-                        result.bodies.push(Kept {
-                            body: sample.body,
-                            scheduled_us: sample.scheduled_us,
-                            bytes,
-                        });
-                    }
-                    result.samples.push(sample);
-                }
+        let next = if pacing {
+            sched.peek().map(|&(_, offset)| start + offset)
+        } else {
+            None
+        };
+        let wake = match next {
+            Some(at) if in_flight == 0 => at.checked_sub(SPIN_WINDOW).filter(|&w| w > now),
+            _ => None,
+        };
+        match wake {
+            // Nothing in flight and nothing due soon: sleep, but wake for the cancel flag.
+            Some(w) => {
+                let w = w.min(now + Duration::from_millis(50));
+                tokio::time::sleep_until(tokio::time::Instant::from_std(w)).await;
             }
-            _ = cancel_tick.tick() => {
-                if cancel.is_cancelled() && grace.is_none() {
-                    result.cancelled = true;
-                    pacing = false;
-                    // In-flight requests get a moment to finish; the rest are abandoned.
-                    grace = Some(Instant::now() + spec.timeout.min(Duration::from_secs(2)));
-                }
+            None => {
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
             }
         }
     }
-    // The pacer has sent everything (or stops at its next step: the channel is gone).
-    drop(due_rx);
-    let _ = pacer.join();
     let end = Instant::now();
-    // The pacer may have seen the flag first and ended the schedule early.
     result.cancelled |= cancel.is_cancelled();
     result.abandoned = in_flight;
     result.elapsed_s = (end - start).as_secs_f64();
