@@ -370,13 +370,17 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         ),
         ("XMC_ADMIN_TOKEN".to_string(), token.clone()),
     ];
-    let srv = ctx.server_for(Some(&link), None, "hot-swap", &env).await?;
-    let pid = srv.pid();
-    let target = predict_target(&srv.url, q)?;
     let rate = match (h.rate, h.rate_fraction, &ctx.scenario.max_rate) {
         (Some(r), _, _) => r,
         (None, Some(f), Some(mr)) => {
             eprintln!("hot swap: measuring the max rate first");
+            // The search overloads its server on purpose. The queued requests' buffers would
+            // stay in that process's peak RSS (VmHWM) and in its allocator's heap, so the search
+            // gets a server of its own and the swaps a fresh one.
+            let probe = ctx
+                .server_for(Some(&link), None, "hot-swap-max-rate", &env)
+                .await?;
+            let target = predict_target(&probe.url, q)?;
             let (steps, max) = find_max(ctx, &target, mr).await;
             rep.max_rate.push(MaxRateReport {
                 label: "hot-swap bundle A".into(),
@@ -391,6 +395,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         }
         _ => anyhow::bail!("hot_swap: no rate"),
     };
+    let srv = ctx.server_for(Some(&link), None, "hot-swap", &env).await?;
+    let pid = srv.pid();
+    let target = predict_target(&srv.url, q)?;
     let sizes = [
         std::fs::metadata(&bundles[0])?.len(),
         std::fs::metadata(&bundles[1])?.len(),
