@@ -72,6 +72,9 @@ impl AppState {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.pool_threads)
             .thread_name(|i| format!("xmc-predict-{i}"))
+            // Without a handler rayon aborts the process when a spawned job panics. With one,
+            // the job's reply channel is dropped and its request gets a 500.
+            .panic_handler(|_| tracing::error!("a prediction on the pool panicked"))
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(Arc::new(AppState {
@@ -278,5 +281,27 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pool_job_that_panics_drops_its_reply_and_the_pool_goes_on() {
+        // Without the pool's panic handler this would abort the whole test process.
+        let state = AppState::new(ServeConfig::defaults()).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        state.pool.spawn(move || {
+            let _reply = tx;
+            panic!("a job that panics");
+        });
+        assert!(rx.await.is_err());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        state.pool.spawn(move || {
+            let _ = tx.send(7u32);
+        });
+        assert_eq!(rx.await.unwrap(), 7);
     }
 }
