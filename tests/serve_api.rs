@@ -86,6 +86,33 @@ async fn loaded_state(token: Option<&str>) -> (tempfile::TempDir, Arc<AppState>,
 }
 
 #[tokio::test]
+async fn single_predictions_on_the_pool_answer_as_inline_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xmcb");
+    write_model(&path, 1);
+    let mut answers = Vec::new();
+    for mode in ["inline", "pool"] {
+        let mut cfg = config(path.clone(), None);
+        cfg.set("single_predict", mode, "test").unwrap();
+        let state = AppState::new(cfg).unwrap();
+        xmc::serve::reload_now(&state).await.unwrap();
+        let body = json!({"features": [[3, 1.0], [17, 0.5]], "k": 5}).to_string();
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(body)).await;
+        assert_eq!(s, StatusCode::OK, "{mode}: {v}");
+        answers.push((v["labels"].clone(), v["scores"].clone()));
+        // The model's own checks answer the same way whichever thread predicts.
+        let body = json!({"features": [[100_000, 1.0]]}).to_string();
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(body)).await;
+        assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    assert_eq!(answers[0], answers[1]);
+    let err = ServeConfig::defaults()
+        .set("single_predict", "elsewhere", "test")
+        .unwrap_err();
+    assert!(err.to_string().contains("single_predict"), "{err}");
+}
+
+#[tokio::test]
 async fn predict_returns_k_labels_with_stats_and_version() {
     let (_dir, state, version) = loaded_state(None).await;
     let (s, v) = call(

@@ -45,6 +45,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where a single prediction (`POST /v1/predict`) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinglePredict {
+    /// On the async worker that parsed the request, with a thread-local scratch.
+    Inline,
+    /// Handed to the prediction pool, as batches are, and awaited.
+    Pool,
+}
+
 /// Everything `xmc serve` can be told.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeConfig {
@@ -58,6 +67,9 @@ pub struct ServeConfig {
     pub poll_interval_ms: u64,
     /// Threads of the prediction pool for batches (0: one per core).
     pub pool_threads: usize,
+    /// Where single predictions run (see ARCHITECTURE.md for the measurements behind the
+    /// default, `inline`).
+    pub single_predict: SinglePredict,
     /// The largest request body, in bytes.
     pub body_limit_bytes: usize,
     /// The most instances in one batch request.
@@ -90,6 +102,7 @@ impl ServeConfig {
             model: PathBuf::from("models/default.xmcb"),
             poll_interval_ms: 1000,
             pool_threads: 0,
+            single_predict: SinglePredict::Inline,
             body_limit_bytes: 1 << 20,
             max_batch: 256,
             max_k: 100,
@@ -111,6 +124,7 @@ impl ServeConfig {
         "model",
         "poll_interval_ms",
         "pool_threads",
+        "single_predict",
         "body_limit_bytes",
         "max_batch",
         "max_k",
@@ -203,6 +217,13 @@ impl ServeConfig {
                 n @ 0..=19 => self.load_nice = n as i32,
                 n => return Err(bad(format!("`{n}` is not a nice value from 0 to 19"))),
             },
+            "single_predict" => {
+                self.single_predict = match value {
+                    "inline" => SinglePredict::Inline,
+                    "pool" => SinglePredict::Pool,
+                    other => return Err(bad(format!("`{other}` is not `inline` or `pool`"))),
+                }
+            }
             "log_format" => {
                 self.log_format = match value {
                     "text" => LogFormat::Text,

@@ -1,7 +1,7 @@
 //! The handlers and the JSON shapes of the API.
 
 use super::reload::{self, Loaded, ReloadOutcome};
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, SinglePredict};
 use crate::model::{PredictOptions, Prediction, QueryError, Scratch};
 use axum::Json;
 use axum::body::Bytes;
@@ -226,8 +226,9 @@ fn predict_one(
     })
 }
 
-/// `POST /v1/predict`. Runs inline on the async worker: a prediction takes tens of
-/// microseconds, less than a hand-off to a pool (see ARCHITECTURE.md).
+/// `POST /v1/predict`. By default it runs inline on the async worker: a prediction takes tens of
+/// microseconds, and a hand-off to the pool costs more than it saves (`single_predict`; the
+/// figures are in ARCHITECTURE.md).
 pub async fn predict(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
@@ -235,7 +236,18 @@ pub async fn predict(
     let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
     let loaded = current(&state)?;
     let (idx, val, opts) = prepare(&state, &req)?;
-    predict_one(&loaded, &idx, &val, &opts).map(Json)
+    match state.cfg.single_predict {
+        SinglePredict::Inline => predict_one(&loaded, &idx, &val, &opts).map(Json),
+        SinglePredict::Pool => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            state.pool.spawn(move || {
+                let _ = tx.send(predict_one(&loaded, &idx, &val, &opts));
+            });
+            rx.await
+                .map_err(|_| ApiError::Internal("the prediction pool dropped a request".into()))?
+                .map(Json)
+        }
+    }
 }
 
 /// `POST /v1/predict/batch`: spread over the prediction pool.
