@@ -230,16 +230,36 @@ async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
     }
 }
 
+/// Runs `rate` until it passes or has failed `1 + retries` times, recording every run; whether
+/// it passed.
+async fn attempt(
+    ctx: &Ctx,
+    target: &Target,
+    rate: f64,
+    mr: &MaxRate,
+    steps: &mut Vec<Step>,
+) -> bool {
+    for _ in 0..=mr.retries {
+        let st = trial(ctx, target, rate, mr).await;
+        let pass = st.pass;
+        steps.push(st);
+        if pass {
+            return true;
+        }
+        if ctx.cancel.is_cancelled() {
+            break;
+        }
+    }
+    false
+}
+
 /// Doubles from `start_rate` until a rate fails, then bisects `refine` times.
 async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64) {
     let mut steps = Vec::new();
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
     let mut rate = mr.start_rate;
     while rate <= mr.ceiling && !ctx.cancel.is_cancelled() {
-        let st = trial(ctx, target, rate, mr).await;
-        let pass = st.pass;
-        steps.push(st);
-        if pass {
+        if attempt(ctx, target, rate, mr, &mut steps).await {
             lo = rate;
             rate *= 2.0;
         } else {
@@ -253,13 +273,11 @@ async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64) 
                 break;
             }
             let mid = if lo > 0.0 { (lo + hi) / 2.0 } else { hi / 2.0 };
-            let st = trial(ctx, target, mid, mr).await;
-            if st.pass {
+            if attempt(ctx, target, mid, mr, &mut steps).await {
                 lo = mid;
             } else {
                 hi = mid;
             }
-            steps.push(st);
         }
     }
     (steps, lo)

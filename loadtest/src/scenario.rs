@@ -217,6 +217,10 @@ pub struct MaxRate {
     /// Seconds of the confirming run at half the max rate (0: none).
     #[serde(default = "default_half")]
     pub half_s: f64,
+    /// How many times a failing rate is run again before it counts as failed: on a shared VM
+    /// one vCPU stall of tens of milliseconds can push a whole 5 s run's p99 over the target.
+    #[serde(default = "default_retries")]
+    pub retries: usize,
 }
 
 fn default_start() -> f64 {
@@ -227,6 +231,9 @@ fn default_ceiling() -> f64 {
 }
 fn default_refine() -> usize {
     3
+}
+fn default_retries() -> usize {
+    1
 }
 fn default_endpoints() -> Vec<String> {
     vec!["predict".into(), "healthz".into()]
