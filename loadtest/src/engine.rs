@@ -133,6 +133,20 @@ pub struct RunResult {
     pub abandoned: usize,
 }
 
+impl RunResult {
+    /// Adds `other`'s samples, responses and times to this one, as if the two runs had been
+    /// one (the scheduled times stay relative to each run's own start).
+    pub fn absorb(&mut self, other: RunResult) {
+        self.samples.extend(other.samples);
+        self.bodies.extend(other.bodies);
+        self.elapsed_s += other.elapsed_s;
+        self.schedule_s += other.schedule_s;
+        self.peak_in_flight = self.peak_in_flight.max(other.peak_in_flight);
+        self.cancelled |= other.cancelled;
+        self.abandoned += other.abandoned;
+    }
+}
+
 /// A shared flag that stops runs early (set by Ctrl-C).
 #[derive(Clone, Debug, Default)]
 pub struct Cancel(Arc<AtomicBool>);

@@ -8,6 +8,8 @@
 //! always carries the text.
 
 use anyhow::{Context, anyhow};
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -26,7 +28,7 @@ pub struct Series {
     pub scatter: bool,
 }
 
-/// A chart's text.
+/// A chart's text and y scale.
 #[derive(Clone, Copy, Debug)]
 pub struct Axes<'a> {
     /// The title.
@@ -35,6 +37,9 @@ pub struct Axes<'a> {
     pub x: &'a str,
     /// The y axis.
     pub y: &'a str,
+    /// A logarithmic y axis: for latencies, whose p50 and p99 can differ by 10–100×, so that
+    /// the p50 series is not a flat line along the bottom of a linear axis.
+    pub log_y: bool,
 }
 
 const PALETTE: [RGBColor; 8] = [
@@ -73,50 +78,74 @@ pub fn svg(axes: Axes<'_>, series: &[Series]) -> anyhow::Result<String> {
         let e = |e: &dyn std::fmt::Display| anyhow!("drawing {:?}: {e}", axes.title);
         area.fill(&WHITE).map_err(|x| e(&x))?;
         let ((x0, x1), (y0, y1)) = bounds(series);
-        let mut chart = ChartBuilder::on(&area)
+        let mut builder = ChartBuilder::on(&area);
+        builder
             .caption(axes.title, ("sans-serif", 20))
             .margin(16)
             .x_label_area_size(45)
-            .y_label_area_size(65)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(|x| e(&x))?;
-        chart
-            .configure_mesh()
-            .x_desc(axes.x)
-            .y_desc(axes.y)
-            .draw()
-            .map_err(|x| e(&x))?;
-        for (i, s) in series.iter().enumerate() {
-            let c = PALETTE[i % PALETTE.len()];
-            if !s.scatter {
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), c))
-                    .map_err(|x| e(&x))?;
-            }
-            chart
-                .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
-                .map_err(|x| e(&x))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
-            chart
-                .draw_series(
-                    s.points
-                        .iter()
-                        .zip(&s.labels)
-                        .map(|(&p, l)| Text::new(l.clone(), p, ("sans-serif", 11))),
-                )
+            .y_label_area_size(65);
+        if axes.log_y {
+            // A log axis needs positive bounds: from just below the smallest positive value.
+            let lo = series
+                .iter()
+                .flat_map(|s| s.points.iter().map(|p| p.1))
+                .filter(|y| y.is_finite() && *y > 0.0)
+                .fold(f64::MAX, f64::min);
+            let lo = if lo == f64::MAX { 1e-3 } else { lo * 0.8 };
+            let chart = builder
+                .build_cartesian_2d(x0..x1, (lo..y1.max(lo * 2.0)).log_scale())
                 .map_err(|x| e(&x))?;
+            draw(chart, axes, series).map_err(|x| e(&x))?;
+        } else {
+            let chart = builder
+                .build_cartesian_2d(x0..x1, y0..y1)
+                .map_err(|x| e(&x))?;
+            draw(chart, axes, series).map_err(|x| e(&x))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(&x))?;
         area.present().map_err(|x| e(&x))?;
     }
     Ok(out)
+}
+
+type DrawResult =
+    Result<(), DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>>;
+
+/// Draws the mesh, every series (lines, markers and point labels) and the legend.
+fn draw<'a, Y>(
+    mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
+    axes: Axes<'_>,
+    series: &[Series],
+) -> DrawResult
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(axes.x)
+        .y_desc(axes.y)
+        .draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let c = PALETTE[i % PALETTE.len()];
+        if !s.scatter {
+            chart.draw_series(LineSeries::new(s.points.iter().copied(), c))?;
+        }
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled())))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
+        chart.draw_series(
+            s.points
+                .iter()
+                .zip(&s.labels)
+                .map(|(&p, l)| Text::new(l.clone(), p, ("sans-serif", 11))),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
 }
 
 /// The system's fonts, loaded once; `sans-serif` is mapped to a sans face that exists.
@@ -193,8 +222,14 @@ mod tests {
             title: "t",
             x: "depth",
             y: "ms",
+            log_y: false,
         };
-        write(&dir.path().join("fig"), axes, &[s]).expect("written");
+        write(&dir.path().join("fig"), axes, std::slice::from_ref(&s)).expect("written");
+        let log = Axes {
+            log_y: true,
+            ..axes
+        };
+        write(&dir.path().join("log"), log, &[s]).expect("written on a log axis");
         let svg = std::fs::read_to_string(dir.path().join("fig.svg")).expect("svg");
         assert!(svg.contains("<svg") && svg.contains("p50"));
         let png = std::fs::read(dir.path().join("fig.png")).expect("png");

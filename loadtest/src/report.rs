@@ -133,6 +133,8 @@ pub struct Report {
     pub cpus: usize,
     /// Depth-vs-latency rows.
     pub dvl: Vec<DvlRow>,
+    /// Depth-vs-latency: the interleaved rounds each (model, rate) row merges.
+    pub dvl_rounds: Option<usize>,
     /// Max-rate searches.
     pub max_rate: Vec<MaxRateReport>,
     /// Hot-swap figures.
@@ -160,6 +162,7 @@ impl Report {
             loadavg_end: None,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             dvl: Vec::new(),
+            dvl_rounds: s.depth_vs_latency.as_ref().map(|d| d.rounds),
             max_rate: Vec::new(),
             hot_swap: None,
         }
@@ -204,9 +207,20 @@ pub fn markdown(r: &Report) -> String {
     }
     if !r.dvl.is_empty() {
         let k = r.k;
+        let _ = writeln!(m, "## Depth versus latency\n");
+        if let Some(rounds) = r.dvl_rounds {
+            let _ = writeln!(
+                m,
+                "Every model's server ran throughout; per rate, {rounds} rounds each ran every \
+                 model for {:.1} s after a {:.1} s warm-up, the order rotating from round to \
+                 round. A row merges a model's rounds.\n",
+                r.load.duration_s / rounds.max(1) as f64,
+                r.load.warmup_s
+            );
+        }
         let _ = writeln!(
             m,
-            "## Depth versus latency\n\n| model | rate | achieved | P@1 | P@{k} | E[depth]@1 | \
+            "| model | rate | achieved | P@1 | P@{k} | E[depth]@1 | \
              E[depth]@{k} | nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | \
              errors | load |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -399,7 +413,8 @@ fn depth_plots(r: &Report, out: &Path) -> anyhow::Result<()> {
             Axes {
                 title: &format!("latency vs expected depth@{kk} (over HTTP)"),
                 x: &format!("expected depth@{kk}"),
-                y: "latency from scheduled send (ms)",
+                y: "latency from scheduled send (ms, log scale)",
+                log_y: true,
             },
             &series,
         )?;
@@ -433,6 +448,7 @@ fn depth_plots(r: &Report, out: &Path) -> anyhow::Result<()> {
             title: "precision vs expected depth (from the HTTP responses)",
             x: "expected depth@k",
             y: "P@k",
+            log_y: false,
         },
         &series,
     )?;
@@ -454,7 +470,8 @@ fn depth_plots(r: &Report, out: &Path) -> anyhow::Result<()> {
         Axes {
             title: "latency vs offered rate",
             x: "offered rate (req/s)",
-            y: "latency (ms)",
+            y: "latency (ms, log scale)",
+            log_y: true,
         },
         &series,
     )
@@ -479,7 +496,8 @@ fn max_rate_plot(r: &Report, out: &Path) -> anyhow::Result<()> {
         Axes {
             title: "latency vs offered rate (max-rate search)",
             x: "offered rate (req/s)",
-            y: "latency (ms)",
+            y: "latency (ms, log scale)",
+            log_y: true,
         },
         &series,
     )

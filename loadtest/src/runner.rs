@@ -157,25 +157,53 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     result.map(|()| rep)
 }
 
+/// Every model's server runs for the whole sweep. Per rate, `rounds` rounds each run every model
+/// for `duration_s / rounds` (after its own warm-up, since its caches cooled while the others
+/// ran), starting from a different model each round; a model's runs continue one query
+/// sequence, so every model answers the same queries, and its rounds are merged into one row.
 async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
-    let rates = ctx
-        .scenario
-        .depth_vs_latency
-        .as_ref()
-        .map(|d| d.rates.clone())
-        .unwrap_or_default();
-    for m in &ctx.scenario.models {
+    let Some(dvl) = ctx.scenario.depth_vs_latency.clone() else {
+        return Ok(());
+    };
+    let models = &ctx.scenario.models;
+    let mut servers = Vec::with_capacity(models.len());
+    for m in models {
+        servers.push(ctx.model_server(m).await?);
+    }
+    let targets = servers
+        .iter()
+        .map(|s| predict_target(&s.url, q))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let l = &ctx.scenario.load;
+    let rounds = dvl.rounds.max(1);
+    let per_round = l.duration_s / rounds as f64;
+    for &rate in &dvl.rates {
         if ctx.cancel.is_cancelled() {
             break;
         }
-        let mut srv = ctx.model_server(m).await?;
-        let target = predict_target(&srv.url, q)?;
-        for &rate in &rates {
-            if ctx.cancel.is_cancelled() {
-                break;
+        let load_before = loadavg();
+        let mut merged: Vec<RunResult> = models.iter().map(|_| RunResult::default()).collect();
+        'rounds: for round in 0..rounds {
+            for j in 0..models.len() {
+                if ctx.cancel.is_cancelled() {
+                    break 'rounds;
+                }
+                let i = (round + j) % models.len();
+                let target = &targets[i];
+                let n = target.bodies.len().max(1);
+                if l.warmup_s > 0.0 {
+                    // The warm-up takes its queries from the end, the measured runs from the start.
+                    let warm = ((rate * l.warmup_s) as usize).min(n);
+                    let mut w = ctx.spec(rate, l.warmup_s, false, n - warm);
+                    w.max_requests = None;
+                    let _ = engine::run(&ctx.client, target, &w, &ctx.cancel).await;
+                }
+                let first = (rate * per_round * round as f64) as usize % n;
+                let spec = ctx.spec(rate, per_round, true, first);
+                merged[i].absorb(engine::run(&ctx.client, target, &spec, &ctx.cancel).await);
             }
-            let load_before = loadavg();
-            let r = ctx.measure(&target, rate, true).await;
+        }
+        for (m, r) in models.iter().zip(merged) {
             let summary = stats::summarize_run(&r);
             let quality = queries::score(q, &r.bodies);
             eprintln!(
@@ -199,8 +227,10 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
                 loadavg: load_before,
                 cancelled: r.cancelled,
             });
-            report::write(rep, &ctx.out)?;
         }
+        report::write(rep, &ctx.out)?;
+    }
+    for mut srv in servers {
         srv.stop();
     }
     Ok(())

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
-    /// One server per model, a sweep of rates, quality and latency per (model, rate).
+    /// One server per model, a sweep of rates in interleaved rounds, quality and latency per
+    /// (model, rate).
     DepthVsLatency,
     /// A fixed rate while the served model is swapped N times.
     HotSwap,
@@ -140,6 +141,15 @@ pub struct ModelSpec {
 pub struct DepthVsLatency {
     /// Offered rates, requests per second.
     pub rates: Vec<f64>,
+    /// Per rate, `duration_s` is split into this many rounds, and each round runs every model
+    /// once, in an order that rotates from round to round: a machine whose speed drifts during
+    /// the sweep then slows every model alike instead of whichever ran last.
+    #[serde(default = "default_rounds")]
+    pub rounds: usize,
+}
+
+fn default_rounds() -> usize {
+    4
 }
 
 /// How a hot swap is triggered.
@@ -308,6 +318,9 @@ impl Scenario {
                 for (i, &r) in d.rates.iter().enumerate() {
                     positive(&format!("depth_vs_latency.rates[{i}]"), r)?;
                 }
+                if d.rounds == 0 {
+                    bail!("`depth_vs_latency.rounds` must be at least 1");
+                }
                 if self.models.is_empty() {
                     bail!("missing key `models`: depth-vs-latency needs at least one [[models]]");
                 }
@@ -391,7 +404,11 @@ rates = [100, 200.5]
         assert_eq!(s.kind, Kind::DepthVsLatency);
         assert_eq!(s.data.k, 5);
         assert_eq!(s.load.arrivals, Arrivals::Poisson);
-        assert_eq!(s.depth_vs_latency.expect("dvl").rates, vec![100.0, 200.5]);
+        let dvl = s.depth_vs_latency.expect("dvl");
+        assert_eq!(dvl.rates, vec![100.0, 200.5]);
+        assert_eq!(dvl.rounds, 4);
+        let e = err(&GOOD.replace("rates = [100, 200.5]", "rates = [100]\nrounds = 0"));
+        assert!(e.contains("depth_vs_latency.rounds"), "{e}");
     }
 
     #[test]
