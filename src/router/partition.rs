@@ -332,6 +332,34 @@ pub fn alternate(labels: &SparseMatrix, init: Vec<u32>, q: usize, lambda: f64) -
     }
 }
 
+/// The §3.3 choice of q over `1..=q_max`: the largest q for which `fits(q)` holds (no block
+/// comes out empty), found with at most 1 + ⌈log₂ q_max⌉ calls instead of a scan of every q.
+///
+/// It tries `q_max` first (the usual answer, and then the only call), else bisects `[1, q_max)`
+/// keeping a q that fits below and one that does not above. This assumes what §3.3 does, that
+/// emptiness is monotone in q: the blocks fit up to some q* and not beyond (the paper's "unique
+/// q"), and then the answer is q*, the same as a scan of q = 1, 2, … up to the first q that does
+/// not fit. Whatever `fits` does, the answer is well defined: `Some(q)` with `fits(q)` true and
+/// either q = q_max or `fits(q + 1)` false (both observed), or `None` when `fits(1)` is false.
+/// Each q is evaluated at most once.
+pub fn search_q(q_max: usize, mut fits: impl FnMut(usize) -> bool) -> Option<usize> {
+    let q_max = q_max.max(1);
+    if fits(q_max) {
+        return Some(q_max);
+    }
+    // Invariant: `lo` fits (0 stands for "nothing fits yet") and `hi` does not.
+    let (mut lo, mut hi) = (0, q_max);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo > 0).then_some(lo)
+}
+
 /// Makes every block usable: blocks with no points or an empty label cluster are removed and the
 /// rest renumbered in order. Points of a removed block capture none of their labels anywhere (else
 /// the instance step would have moved them), so they go to the remaining block whose feature
@@ -413,6 +441,55 @@ mod tests {
         ) {
             counts.sort_unstable_by(|a, b| b.cmp(a));
             prop_assert_eq!(optimal_j(&counts, lambda), optimal_j_brute_force(&counts, lambda));
+        }
+    }
+
+    /// The scan `search_q` replaces: q = 1, 2, … until the first q that does not fit.
+    fn first_misfit_scan(fits: &[bool]) -> Option<usize> {
+        let n = fits.iter().take_while(|&&f| f).count();
+        (n > 0).then_some(n)
+    }
+
+    proptest! {
+        #[test]
+        fn q_search_matches_the_scan_when_emptiness_is_monotone(
+            q_max in 1usize..40,
+            q_star in 0usize..45,
+        ) {
+            let fits: Vec<bool> = (1..=q_max).map(|q| q <= q_star).collect();
+            let mut calls = Vec::new();
+            let got = search_q(q_max, |q| {
+                calls.push(q);
+                fits[q - 1]
+            });
+            prop_assert_eq!(got, first_misfit_scan(&fits));
+            // The largest fitting q, too.
+            prop_assert_eq!(got, fits.iter().rposition(|&f| f).map(|p| p + 1));
+            let bound = 1 + (usize::BITS - (q_max - 1).leading_zeros()) as usize;
+            prop_assert!(calls.len() <= bound, "{} calls for q_max {}", calls.len(), q_max);
+            let mut distinct = calls.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            prop_assert_eq!(distinct.len(), calls.len(), "each q at most once");
+        }
+
+        #[test]
+        fn q_search_returns_an_observed_boundary_whatever_fits_does(
+            fits in proptest::collection::vec(any::<bool>(), 1..40),
+        ) {
+            let q_max = fits.len();
+            let mut seen = std::collections::HashMap::new();
+            let got = search_q(q_max, |q| {
+                seen.insert(q, fits[q - 1]);
+                fits[q - 1]
+            });
+            match got {
+                Some(q) => {
+                    prop_assert_eq!(seen.get(&q), Some(&true));
+                    prop_assert!(q == q_max || seen.get(&(q + 1)) == Some(&false));
+                }
+                None => prop_assert_eq!(seen.get(&1), Some(&false)),
+            }
         }
     }
 

@@ -159,8 +159,9 @@ impl<'a> KmeansCache<'a> {
 }
 
 /// The partition for λ: with `bp_q` set, that q (blocks that come out empty are dropped); else
-/// the largest q up to `bp_q_max` with no empty block, trying q = 1, 2, ... until one has an empty
-/// block (§3.3). Also returns every q tried.
+/// the largest q up to `bp_q_max` with no empty block (§3.3), found by
+/// [`partition::search_q`]: `bp_q_max` first, then bisection, so at most 1 + ⌈log₂ bp_q_max⌉
+/// partitions instead of one per q. Also returns every q tried, in the order tried.
 fn choose_partition(
     ds: &Dataset,
     cfg: &TrainConfig,
@@ -182,8 +183,10 @@ fn choose_partition(
         return Ok((p, Vec::new()));
     }
     let mut tried = Vec::new();
-    let mut best: Option<Partition> = None;
-    for q in 1..=cfg.bp_q_max.min(ds.n_points()).max(1) {
+    // The bisection only moves its lower end up, so the last q that fits is the answer.
+    let mut last_fit: Option<Partition> = None;
+    let q_max = cfg.bp_q_max.min(ds.n_points()).max(1);
+    let chosen = partition::search_q(q_max, |q| {
         let p = run(q, kmeans.get(q));
         let empty = p.has_empty_block();
         let captured = partition::captured_ones(&ds.labels, &p.assign, &p.clusters) as f64;
@@ -192,12 +195,12 @@ fn choose_partition(
             empty_block: empty,
             captured_frac: captured / total,
         });
-        if empty {
-            break;
+        if !empty {
+            last_fit = Some(p);
         }
-        best = Some(p);
-    }
-    let best = match best {
+        !empty
+    });
+    let best = match last_fit.filter(|p| chosen == Some(p.q())) {
         Some(p) => p,
         // Even q = 1 has an empty label cluster; compacting it reports that clearly.
         None => partition::compact(&ds.features, run(1, vec![0; ds.n_points()]))
@@ -412,4 +415,71 @@ fn cross_validate(
         grid,
         chosen,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::synth::{SynthParams, generate};
+
+    /// `choose_partition`'s q against the exhaustive scan of every q with the same
+    /// initialisations: the largest q with no empty block whenever emptiness is monotone in q
+    /// (§3.3's assumption), else a q with no empty block whose successor has one.
+    #[test]
+    fn q_search_picks_the_largest_q_with_no_empty_block() {
+        let q_max = 12;
+        let cfg = TrainConfig {
+            bp: true,
+            bp_q_max: q_max,
+            ..TrainConfig::DEFAULT
+        };
+        let (mut monotone, mut inside) = (0, 0);
+        for seed in 0..6u64 {
+            let ds = generate(&SynthParams {
+                n: 300,
+                d: 200,
+                l: 60,
+                labels_per_point: 2.0,
+                features_per_label: 8,
+                features_per_point: 12,
+                seed,
+                ..SynthParams::DEFAULT
+            });
+            for lambda in [0.05, 0.3, 1.0, 3.0, 10.0] {
+                let mut cache = KmeansCache::new(&ds.features, seed);
+                let empty: Vec<bool> = (1..=q_max)
+                    .map(|q| {
+                        partition::alternate(&ds.labels, cache.get(q), q, lambda).has_empty_block()
+                    })
+                    .collect();
+                let got = choose_partition(&ds, &cfg, lambda, &mut cache).map(|(p, tried)| {
+                    assert!(
+                        tried.len() <= 1 + 4,
+                        "{} partitions for q_max 12",
+                        tried.len()
+                    );
+                    p.q()
+                });
+                let largest = empty.iter().rposition(|&e| !e).map(|p| p + 1);
+                let first_empty = empty.iter().position(|&e| e);
+                if first_empty.is_none_or(|f| empty[f..].iter().all(|&e| e)) {
+                    monotone += 1;
+                    match largest {
+                        Some(q) => {
+                            assert_eq!(got.as_ref().ok(), Some(&q), "seed {seed} λ {lambda}");
+                            inside += usize::from(q > 1 && q < q_max);
+                        }
+                        None => assert!(got.is_err(), "seed {seed} λ {lambda}"),
+                    }
+                } else {
+                    let q = got.unwrap_or_else(|e| panic!("seed {seed} λ {lambda}: {e}"));
+                    assert!(!empty[q - 1], "seed {seed} λ {lambda}: {empty:?}");
+                    assert!(q == q_max || empty[q], "seed {seed} λ {lambda}: {empty:?}");
+                }
+            }
+        }
+        // Not vacuous: most cases are monotone, and some answers lie strictly inside 1..q_max.
+        assert!(monotone >= 20, "{monotone} of 30 cases monotone");
+        assert!(inside >= 3, "{inside} monotone cases with 1 < q < q_max");
+    }
 }
