@@ -77,7 +77,9 @@ pub struct CvReport {
     pub folds: usize,
     /// The tolerated P@1 loss.
     pub tolerance: f64,
-    /// One entry per λ_bp tried.
+    /// One entry per λ_bp tried, ascending. λ is tried from the grid's largest down until one
+    /// passes every fold, so the entries are the chosen λ and those above it (all of the grid
+    /// when none passes).
     pub grid: Vec<CvPoint>,
     /// The chosen λ_bp: the largest whose loss is within the tolerance on every fold (the
     /// intersection of the folds' intervals, §3.3), else the one with the smallest worst loss.
@@ -89,7 +91,8 @@ pub struct CvReport {
 pub struct CvPoint {
     /// λ_bp.
     pub lambda: f64,
-    /// Per fold: q.
+    /// Per fold scored, in fold order: q (0 when no partition exists). A λ stops at its first
+    /// fold out of tolerance, so it may have fewer entries than `folds` (unless none passes).
     pub q: Vec<usize>,
     /// Per fold: held-out P@1 of the fold's flat model over all labels.
     pub p1_full: Vec<f64>,

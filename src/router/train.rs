@@ -61,7 +61,7 @@ pub fn train_bp(
 
     let start = Instant::now();
     progress.phase("BP: partition", 1);
-    let mut kmeans = KmeansCache::new(&ds.features, seed);
+    let mut kmeans = KmeansCache::new(seed);
     let (part, q_search) = choose_partition(ds, cfg, lambda, &mut kmeans)?;
     progress.step();
     seconds.push(("bp_partition".to_string(), start.elapsed().as_secs_f64()));
@@ -133,24 +133,23 @@ pub fn train_bp(
     })
 }
 
-/// k-means initialisations per q over one data set, computed once each.
-struct KmeansCache<'a> {
-    x: &'a SparseMatrix,
+/// k-means initialisations per q over one data set (the one passed to every `get`), computed
+/// once each.
+struct KmeansCache {
     seed: u64,
     done: HashMap<usize, Vec<u32>>,
 }
 
-impl<'a> KmeansCache<'a> {
-    fn new(x: &'a SparseMatrix, seed: u64) -> Self {
+impl KmeansCache {
+    fn new(seed: u64) -> Self {
         KmeansCache {
-            x,
             seed,
             done: HashMap::new(),
         }
     }
 
-    fn get(&mut self, q: usize) -> Vec<u32> {
-        let (x, seed) = (self.x, self.seed);
+    fn get(&mut self, x: &SparseMatrix, q: usize) -> Vec<u32> {
+        let seed = self.seed;
         self.done
             .entry(q)
             .or_insert_with(|| partition::kmeans(x, q, derive_seed(seed, q as u64)))
@@ -166,7 +165,7 @@ fn choose_partition(
     ds: &Dataset,
     cfg: &TrainConfig,
     lambda: f64,
-    kmeans: &mut KmeansCache<'_>,
+    kmeans: &mut KmeansCache,
 ) -> Result<(Partition, Vec<QTry>), TrainError> {
     let all_empty = || {
         bp_err(format!(
@@ -178,7 +177,7 @@ fn choose_partition(
     let run = |q: usize, init: Vec<u32>| partition::alternate(&ds.labels, init, q, lambda);
     if cfg.bp_q > 0 {
         let q = cfg.bp_q.min(ds.n_points()).max(1);
-        let p = run(q, kmeans.get(q));
+        let p = run(q, kmeans.get(&ds.features, q));
         let p = partition::compact(&ds.features, p).ok_or_else(all_empty)?;
         return Ok((p, Vec::new()));
     }
@@ -187,7 +186,7 @@ fn choose_partition(
     let mut last_fit: Option<Partition> = None;
     let q_max = cfg.bp_q_max.min(ds.n_points()).max(1);
     let chosen = partition::search_q(q_max, |q| {
-        let p = run(q, kmeans.get(q));
+        let p = run(q, kmeans.get(&ds.features, q));
         let empty = p.has_empty_block();
         let captured = partition::captured_ones(&ds.labels, &p.assign, &p.clusters) as f64;
         tried.push(QTry {
@@ -294,7 +293,8 @@ fn top_labels(tree: &Arrays, x: &SparseMatrix, loss: Loss, k: usize) -> Vec<Vec<
 /// trained on the other folds, each held-out point is routed, and its P@1 is that model's best
 /// label *within the routed block's label cluster*. The loss against the unrestricted P@1 is
 /// the precision the routing costs; the chosen λ is the largest whose loss stays within
-/// `bp_tolerance` on every fold.
+/// `bp_tolerance` on every fold. [`search_lambda`] tries λ from the largest down and stops at
+/// the first that passes, so only the λ values tried are reported.
 ///
 /// The block models themselves are not retrained per fold (that would cost a full training per
 /// fold and λ): the cross-validation measures the labels BP removes from reach, which is what λ
@@ -309,18 +309,8 @@ fn cross_validate(
     let fold_of: Vec<usize> = (0..ds.n_points())
         .map(|i| (derive_seed(seed ^ 0xCF, i as u64) % k as u64) as usize)
         .collect();
-    let mut grid: Vec<CvPoint> = LAMBDA_GRID
-        .iter()
-        .map(|&lambda| CvPoint {
-            lambda,
-            q: Vec::new(),
-            p1_full: Vec::new(),
-            p1_bp: Vec::new(),
-            evals_mean: Vec::new(),
-            within: true,
-        })
-        .collect();
-    progress.phase("BP: λ cross-validation", (k * LAMBDA_GRID.len()) as u64);
+    progress.phase("BP: cross-validation fold models", k as u64);
+    let mut folds = Vec::with_capacity(k);
     for f in 0..k {
         let train_rows: Vec<u32> = (0..ds.n_points() as u32)
             .filter(|&i| fold_of[i as usize] != f)
@@ -348,79 +338,239 @@ fn cross_validate(
         )
         .map_err(|e| bp_err(format!("cross-validation fold {f}: {e}")))?;
         let ranked = top_labels(&flat, &held.features, cfg.solver.loss, CV_TOP);
-        let hit = |i: usize, l: u32| held.label_row(i).binary_search(&l).is_ok();
-        let n_held = held_rows.len() as f64;
         let p1_full = ranked
             .iter()
             .enumerate()
-            .filter(|(i, r)| r.first().is_some_and(|&l| hit(*i, l)))
+            .filter(|(i, r)| {
+                r.first()
+                    .is_some_and(|&l| held.label_row(*i).binary_search(&l).is_ok())
+            })
             .count() as f64
-            / n_held;
-        let mut kmeans = KmeansCache::new(&tr.features, derive_seed(seed, 2000 + f as u64));
-        for point in grid.iter_mut() {
-            let (part, _) = match choose_partition(&tr, cfg, point.lambda, &mut kmeans) {
-                Ok(p) => p,
-                Err(_) => {
-                    // Every cluster empty: this λ routes nowhere, the worst possible loss.
-                    point.q.push(0);
-                    point.p1_full.push(p1_full);
-                    point.p1_bp.push(0.0);
-                    point.evals_mean.push(0.0);
-                    point.within = false;
-                    progress.step();
-                    continue;
-                }
-            };
-            let router = train_router(&tr.features, &part.assign, part.q(), &solver)?;
-            let routed = top_labels(&router, &held.features, cfg.solver.loss, 1);
-            let mut hits = 0usize;
-            let mut evals = 0usize;
-            for (i, r) in routed.iter().enumerate() {
-                let b = r.first().copied().unwrap_or(0) as usize;
-                let cluster = &part.clusters[b];
-                evals += part.q() + cluster.len();
-                if let Some(&l) = ranked[i].iter().find(|l| cluster.binary_search(l).is_ok()) {
-                    hits += usize::from(hit(i, l));
-                }
-            }
-            let p1_bp = hits as f64 / n_held;
-            point.q.push(part.q());
-            point.p1_full.push(p1_full);
-            point.p1_bp.push(p1_bp);
-            point.evals_mean.push(evals as f64 / n_held);
-            point.within &= p1_full - p1_bp <= f64::from(cfg.bp_tolerance);
-            progress.step();
-        }
-    }
-    let chosen = grid
-        .iter()
-        .rev()
-        .find(|p| p.within)
-        .map(|p| p.lambda)
-        .unwrap_or_else(|| {
-            let worst = |p: &CvPoint| {
-                p.p1_full
-                    .iter()
-                    .zip(&p.p1_bp)
-                    .map(|(a, b)| a - b)
-                    .fold(f64::NEG_INFINITY, f64::max)
-            };
-            grid.iter()
-                .min_by(|a, b| worst(a).total_cmp(&worst(b)))
-                .map_or(LAMBDA_GRID[0], |p| p.lambda)
+            / held_rows.len() as f64;
+        folds.push(CvFold {
+            train_rows,
+            held,
+            ranked,
+            p1_full,
+            solver,
+            kmeans: KmeansCache::new(derive_seed(seed, 2000 + f as u64)),
         });
+        progress.step();
+    }
+
+    let mut grid: Vec<CvPoint> = LAMBDA_GRID
+        .iter()
+        .map(|&lambda| CvPoint {
+            lambda,
+            q: Vec::new(),
+            p1_full: Vec::new(),
+            p1_bp: Vec::new(),
+            evals_mean: Vec::new(),
+            within: true,
+        })
+        .collect();
+    progress.phase("BP: λ cross-validation", (k * LAMBDA_GRID.len()) as u64);
+    let tolerance = f64::from(cfg.bp_tolerance);
+    let chosen = search_lambda(LAMBDA_GRID.len(), k, tolerance, |i, f| {
+        let fold = &mut folds[f];
+        let point = &mut grid[i];
+        // Rebuilt per score rather than kept per fold: k fold copies of (k − 1)/k of the data
+        // would hold (k − 1)× the training set at once.
+        let tr = subset(ds, &fold.train_rows);
+        let scored = score_fold(&tr, fold, cfg, point.lambda)?;
+        progress.step();
+        point.q.push(scored.q);
+        point.p1_full.push(fold.p1_full);
+        point.p1_bp.push(scored.p1_bp);
+        point.evals_mean.push(scored.evals_mean);
+        // No partition at all (every cluster empty) routes nowhere: the worst possible loss.
+        let loss = if scored.q == 0 {
+            f64::INFINITY
+        } else {
+            fold.p1_full - scored.p1_bp
+        };
+        point.within &= loss <= tolerance;
+        Ok::<_, TrainError>(loss)
+    })?;
+    // Only the λ values that were tried are reported, each with the folds it was scored on.
+    grid.retain(|p| !p.p1_bp.is_empty());
     Ok(CvReport {
         folds: k,
-        tolerance: f64::from(cfg.bp_tolerance),
+        tolerance,
         grid,
-        chosen,
+        chosen: LAMBDA_GRID[chosen],
     })
+}
+
+/// What one cross-validation fold keeps while λ_bp varies: its training rows, its held-out
+/// points, their best labels by the fold's flat model, that model's P@1, and the k-means
+/// initialisations of its training rows.
+struct CvFold {
+    train_rows: Vec<u32>,
+    held: Dataset,
+    ranked: Vec<Vec<u32>>,
+    p1_full: f64,
+    solver: SolverParams,
+    kmeans: KmeansCache,
+}
+
+/// One (λ_bp, fold) score: q (0 when no partition exists), the held-out P@1 of the fold's flat
+/// model restricted to each point's routed block, and the classifiers that restriction
+/// evaluates per point.
+struct FoldScore {
+    q: usize,
+    p1_bp: f64,
+    evals_mean: f64,
+}
+
+/// Partitions the fold's training rows `tr` at `lambda`, trains the router, routes the held-out
+/// points and scores the best label of each routed block.
+fn score_fold(
+    tr: &Dataset,
+    fold: &mut CvFold,
+    cfg: &TrainConfig,
+    lambda: f64,
+) -> Result<FoldScore, TrainError> {
+    let Ok((part, _)) = choose_partition(tr, cfg, lambda, &mut fold.kmeans) else {
+        return Ok(FoldScore {
+            q: 0,
+            p1_bp: 0.0,
+            evals_mean: 0.0,
+        });
+    };
+    let router = train_router(&tr.features, &part.assign, part.q(), &fold.solver)?;
+    let held = &fold.held;
+    let routed = top_labels(&router, &held.features, cfg.solver.loss, 1);
+    let mut hits = 0usize;
+    let mut evals = 0usize;
+    for (i, r) in routed.iter().enumerate() {
+        let b = r.first().copied().unwrap_or(0) as usize;
+        let cluster = &part.clusters[b];
+        evals += part.q() + cluster.len();
+        if let Some(&l) = fold.ranked[i]
+            .iter()
+            .find(|l| cluster.binary_search(l).is_ok())
+        {
+            hits += usize::from(held.label_row(i).binary_search(&l).is_ok());
+        }
+    }
+    let n_held = held.n_points() as f64;
+    Ok(FoldScore {
+        q: part.q(),
+        p1_bp: hits as f64 / n_held,
+        evals_mean: evals as f64 / n_held,
+    })
+}
+
+/// The §3.3 choice of λ_bp over `n` grid values (ascending) and `k` folds, where `loss(i, f)`
+/// scores grid value i on fold f: the largest λ whose loss is within `tolerance` on every fold,
+/// else the one whose worst fold loss is smallest (the first, i.e. smallest λ, on a tie).
+///
+/// It gives the answer of scoring every (λ, fold) pair, with fewer scores: λ values are tried
+/// from the largest down, the first to pass every fold is the answer, and a λ stops at its first
+/// fold out of tolerance. Only when no λ passes are the remaining pairs scored, since the worst
+/// loss of each λ is then needed. Each pair is scored at most once; errors end the search.
+fn search_lambda<E>(
+    n: usize,
+    k: usize,
+    tolerance: f64,
+    mut loss: impl FnMut(usize, usize) -> Result<f64, E>,
+) -> Result<usize, E> {
+    let mut table: Vec<Vec<f64>> = vec![Vec::with_capacity(k); n];
+    for i in (0..n).rev() {
+        let mut passes = true;
+        for f in 0..k {
+            let l = loss(i, f)?;
+            table[i].push(l);
+            if l > tolerance {
+                passes = false;
+                break;
+            }
+        }
+        if passes {
+            return Ok(i);
+        }
+    }
+    let mut best = (0, f64::INFINITY);
+    for (i, row) in table.iter_mut().enumerate() {
+        for f in row.len()..k {
+            row.push(loss(i, f)?);
+        }
+        let worst = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if worst < best.1 {
+            best = (i, worst);
+        }
+    }
+    Ok(best.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::data::synth::{SynthParams, generate};
+    use proptest::prelude::*;
+
+    /// The exhaustive choice `search_lambda` must reproduce: every (λ, fold) pair scored.
+    fn choose_exhaustively(losses: &[Vec<f64>], tolerance: f64) -> usize {
+        let worst: Vec<f64> = losses
+            .iter()
+            .map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        if let Some(i) = worst.iter().rposition(|&w| w <= tolerance) {
+            return i;
+        }
+        let min = worst.iter().copied().fold(f64::INFINITY, f64::min);
+        worst.iter().position(|&w| w == min).unwrap_or(0)
+    }
+
+    fn loss_table() -> impl Strategy<Value = Vec<Vec<f64>>> {
+        (1usize..9, 1usize..5).prop_flat_map(|(n, k)| {
+            let loss = prop_oneof![8 => 0.0f64..0.1, 1 => Just(f64::INFINITY)];
+            proptest::collection::vec(proptest::collection::vec(loss, k), n)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn lambda_search_chooses_what_scoring_every_pair_chooses(
+            losses in loss_table(),
+            tolerance in 0.0f64..0.1,
+        ) {
+            let (n, k) = (losses.len(), losses[0].len());
+            let mut scored = std::collections::HashSet::new();
+            let got = search_lambda(n, k, tolerance, |i, f| {
+                assert!(scored.insert((i, f)), "({i}, {f}) scored twice");
+                Ok::<_, ()>(losses[i][f])
+            })
+            .unwrap();
+            prop_assert_eq!(got, choose_exhaustively(&losses, tolerance));
+            // When a λ passes, nothing below it is scored, and each λ above it stops at its
+            // first fold out of tolerance.
+            if losses[got].iter().all(|&l| l <= tolerance) {
+                for &(i, f) in &scored {
+                    prop_assert!(i >= got);
+                    prop_assert!(losses[i][..f].iter().all(|&l| l <= tolerance));
+                }
+            } else {
+                prop_assert_eq!(scored.len(), n * k);
+            }
+        }
+    }
+
+    #[test]
+    fn lambda_search_stops_at_an_error() {
+        let mut calls = 0;
+        let got = search_lambda(4, 3, 0.02, |i, f| {
+            calls += 1;
+            if (i, f) == (3, 1) {
+                Err("fold 1 failed")
+            } else {
+                Ok(0.0)
+            }
+        });
+        assert_eq!(got, Err("fold 1 failed"));
+        assert_eq!(calls, 2);
+    }
 
     /// `choose_partition`'s q against the exhaustive scan of every q with the same
     /// initialisations: the largest q with no empty block whenever emptiness is monotone in q
@@ -446,10 +596,11 @@ mod tests {
                 ..SynthParams::DEFAULT
             });
             for lambda in [0.05, 0.3, 1.0, 3.0, 10.0] {
-                let mut cache = KmeansCache::new(&ds.features, seed);
+                let mut cache = KmeansCache::new(seed);
                 let empty: Vec<bool> = (1..=q_max)
                     .map(|q| {
-                        partition::alternate(&ds.labels, cache.get(q), q, lambda).has_empty_block()
+                        partition::alternate(&ds.labels, cache.get(&ds.features, q), q, lambda)
+                            .has_empty_block()
                     })
                     .collect();
                 let got = choose_partition(&ds, &cfg, lambda, &mut cache).map(|(p, tried)| {
