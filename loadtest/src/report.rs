@@ -84,6 +84,13 @@ pub struct HotSwapReport {
     pub during: Summary,
     /// The whole run.
     pub all: Summary,
+    /// The swap phase's requests by how long after the latest swap they were scheduled: per
+    /// window `[from, to)` ms, their summary.
+    pub since_swap: Vec<((u64, u64), Summary)>,
+    /// When the first swap started, seconds into the run.
+    pub swaps_start_s: f64,
+    /// The whole run in 10 s windows: (start s, summary).
+    pub timeline: Vec<(f64, Summary)>,
     /// Failed requests over the whole run (errors plus abandoned).
     pub failed: u64,
     /// Model versions in the responses, with counts.
@@ -329,6 +336,37 @@ pub fn markdown(r: &Report) -> String {
                 s.latency.p99_ms,
                 s.latency.p999_ms,
                 s.latency.max_ms
+            );
+        }
+        let _ = writeln!(
+            m,
+            "\nThe swap phase by time since the latest swap was started (a rename, then for \
+             admin swaps the reload call; a poller swap lands up to one poll interval later):\n\n\
+             | since swap | requests | p50 ms | p99 ms | p99.9 ms | max ms |\n\
+             |---|---:|---:|---:|---:|---:|"
+        );
+        for ((a, b), s) in &h.since_swap {
+            let _ = writeln!(
+                m,
+                "| {a}–{b} ms | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                s.scheduled,
+                s.latency.p50_ms,
+                s.latency.p99_ms,
+                s.latency.p999_ms,
+                s.latency.max_ms
+            );
+        }
+        let _ = writeln!(
+            m,
+            "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
+             | from s | requests | p50 ms | p99 ms | max ms |\n|---:|---:|---:|---:|---:|",
+            h.swaps_start_s
+        );
+        for (from, s) in &h.timeline {
+            let _ = writeln!(
+                m,
+                "| {from:.0} | {} | {:.3} | {:.3} | {:.3} |",
+                s.scheduled, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms
             );
         }
         let ratio = if h.before.latency.p99_ms > 0.0 {

@@ -547,6 +547,28 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let before = stats::summarize_window(&r, 0.0, h.before_s.min(first));
     let during = stats::summarize_window(&r, first, last);
     let all = stats::summarize_run(&r);
+    // What a swap costs the requests right after it, against drift over the whole run.
+    let swap_times: Vec<f64> = log.iter().map(|x| x.0).collect();
+    let mut edges: Vec<u64> = [0, 50, 150, 300]
+        .into_iter()
+        .filter(|&e| e < h.interval_ms)
+        .collect();
+    edges.push(h.interval_ms);
+    let since_swap = edges
+        .windows(2)
+        .map(|e| (e[0], e[1]))
+        .zip(stats::summarize_since(&r, &swap_times, &edges))
+        .collect();
+    let step = 10.0;
+    let timeline = (0..(total / step).ceil() as usize)
+        .map(|i| {
+            let from = i as f64 * step;
+            (
+                from,
+                stats::summarize_window(&r, from, (from + step).min(total)),
+            )
+        })
+        .collect();
     let quality: Quality = queries::score(q, &r.bodies);
     // How often the serving version changed, in scheduled order.
     let mut kept: Vec<&engine::Kept> = r.bodies.iter().collect();
@@ -575,6 +597,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         before,
         during,
         all,
+        since_swap,
+        swaps_start_s: first,
+        timeline,
         failed: r.samples.iter().filter(|s| !s.ok()).count() as u64 + r.abandoned as u64,
         versions: quality.versions.clone(),
         version_changes,

@@ -129,3 +129,110 @@ pub fn summarize_window(r: &RunResult, from_s: f64, to_s: f64) -> Summary {
         to_s - from_s,
     )
 }
+
+/// The samples scheduled in `[first, last)`, split by how long after the latest of `events`
+/// (seconds into the run, ascending) each was scheduled: one summary per window
+/// `[edges_ms[i], edges_ms[i + 1])`. A window's rate is over its share of the span.
+///
+/// This separates what an event (a model swap) costs the requests right after it from a drift
+/// that affects the whole phase alike.
+pub fn summarize_since(r: &RunResult, events: &[f64], edges_ms: &[u64]) -> Vec<Summary> {
+    let (Some(&first), Some(&last)) = (events.first(), events.last()) else {
+        return Vec::new();
+    };
+    let events_us: Vec<u64> = events.iter().map(|&e| (e * 1e6) as u64).collect();
+    let gap_us = |i: usize| {
+        events_us
+            .get(i + 1)
+            .map_or(u64::MAX, |next| next - events_us[i])
+    };
+    let end_us = (last * 1e6) as u64 + edges_ms.last().copied().unwrap_or(0) * 1000;
+    let windows = edges_ms.windows(2).collect::<Vec<_>>();
+    let mut picked: Vec<Vec<&Sample>> = vec![Vec::new(); windows.len()];
+    let mut span_us = vec![0u64; windows.len()];
+    for i in 0..events_us.len() {
+        for (w, edge) in windows.iter().enumerate() {
+            let (a, b) = (edge[0] * 1000, (edge[1] * 1000).min(gap_us(i)));
+            span_us[w] += b.saturating_sub(a);
+        }
+    }
+    for x in &r.samples {
+        let t = x.scheduled_us;
+        if t < (first * 1e6) as u64 || t >= end_us {
+            continue;
+        }
+        let i = events_us.partition_point(|&e| e <= t) - 1;
+        let since_ms = (t - events_us[i]) / 1000;
+        if let Some(w) = windows
+            .iter()
+            .position(|e| since_ms >= e[0] && since_ms < e[1])
+        {
+            picked[w].push(x);
+        }
+    }
+    picked
+        .into_iter()
+        .zip(span_us)
+        .map(|(xs, us)| summarize(xs.into_iter(), us as f64 / 1e6))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(scheduled_ms: u64, latency_us: u64) -> Sample {
+        Sample {
+            scheduled_us: scheduled_ms * 1000,
+            latency_us,
+            service_us: latency_us,
+            lag_us: 0,
+            status: Status::Http(200),
+            body: 0,
+        }
+    }
+
+    #[test]
+    fn since_splits_by_time_after_the_latest_event() {
+        // One request every 10 ms for 3 s; events at 1.0 s and 2.0 s. Requests in the first
+        // 50 ms after an event take 5 ms, the rest 1 ms.
+        let samples = (0..300u64)
+            .map(|i| {
+                let t = i * 10;
+                let after = [1000, 2000].iter().any(|&e| t >= e && t < e + 50);
+                sample(t, if after { 5000 } else { 1000 })
+            })
+            .collect();
+        let r = RunResult {
+            samples,
+            ..RunResult::default()
+        };
+        let s = summarize_since(&r, &[1.0, 2.0], &[0, 50, 1000]);
+        assert_eq!(s.len(), 2);
+        // Before the first event nothing counts; after the last, up to the last edge (1 s).
+        assert_eq!(s[0].scheduled, 10);
+        assert_eq!(s[1].scheduled, 190);
+        assert!(
+            (s[0].latency.p50_ms - 5.0).abs() < 0.05,
+            "{:?}",
+            s[0].latency
+        );
+        assert!(
+            (s[1].latency.p99_ms - 1.0).abs() < 0.05,
+            "{:?}",
+            s[1].latency
+        );
+        // The windows' spans add up to the two 1 s gaps: 2 × 50 ms and 2 × 950 ms.
+        assert!(
+            (s[0].offered_rps - 100.0).abs() < 1e-6,
+            "{}",
+            s[0].offered_rps
+        );
+        assert!(
+            (s[1].offered_rps - 100.0).abs() < 1e-6,
+            "{}",
+            s[1].offered_rps
+        );
+        assert!(summarize_since(&r, &[], &[0, 50]).is_empty());
+    }
+}
