@@ -93,6 +93,33 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
+/// Bytes of `map` whose page-table entries [`release_pages`] drops per call.
+const RELEASE_STEP: usize = 1 << 20;
+
+/// Drops the page-table entries of `map` in [`RELEASE_STEP`] steps, yielding the CPU between
+/// them, where the platform supports it.
+fn release_pages(map: &memmap2::Mmap) {
+    #[cfg(unix)]
+    {
+        let mut offset = 0;
+        while offset < map.len() {
+            let len = RELEASE_STEP.min(map.len() - offset);
+            // SAFETY: `map` is a read-only shared mapping of an immutable bundle file (see
+            // `map_file`). MADV_DONTNEED on a shared file mapping only drops page-table entries:
+            // any later read of the range refaults the same bytes from the file, so no reference
+            // into the map (there may still be some) ever sees different contents. The range is
+            // inside the map. A refused hint changes nothing and is ignored.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            };
+            offset += len;
+            std::thread::yield_now();
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = map;
+}
+
 /// Tells the kernel the whole map will be read soon, where the platform supports it.
 fn advise_will_need(map: &memmap2::Mmap) {
     #[cfg(unix)]
