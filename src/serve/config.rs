@@ -91,6 +91,10 @@ pub struct ServeConfig {
     /// The nice value (0–19) of the thread that loads a new model: the checksums, validation
     /// and pre-faulting of a swap then run on CPU that requests leave idle (Linux only).
     pub load_nice: i32,
+    /// Whether the load thread runs under `SCHED_IDLE` (Linux), so that a core running only it
+    /// counts as idle when a request thread wakes; `load_nice` applies when this is off or
+    /// refused. Under a load that keeps every core busy, a swap then waits for idle time.
+    pub load_idle: bool,
 }
 
 impl ServeConfig {
@@ -113,6 +117,7 @@ impl ServeConfig {
             admin_token: None,
             log_format: LogFormat::Text,
             load_nice: 10,
+            load_idle: true,
         }
     }
 
@@ -135,6 +140,7 @@ impl ServeConfig {
         "admin_token",
         "log_format",
         "load_nice",
+        "load_idle",
     ];
 
     /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
@@ -217,6 +223,13 @@ impl ServeConfig {
                 n @ 0..=19 => self.load_nice = n as i32,
                 n => return Err(bad(format!("`{n}` is not a nice value from 0 to 19"))),
             },
+            "load_idle" => {
+                self.load_idle = match value {
+                    "true" => true,
+                    "false" => false,
+                    other => return Err(bad(format!("`{other}` is not `true` or `false`"))),
+                }
+            }
             "single_predict" => {
                 self.single_predict = match value {
                     "inline" => SinglePredict::Inline,
@@ -303,5 +316,19 @@ mod tests {
         );
         let err = ServeConfig::load(None, &[], &[("bind", "nowhere".into())]).unwrap_err();
         assert!(err.to_string().contains("bind"), "{err}");
+    }
+
+    #[test]
+    fn load_idle_is_a_toml_bool_or_true_false_text() {
+        assert!(ServeConfig::load(None, &[], &[]).unwrap().load_idle);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("server.toml");
+        std::fs::write(&f, "[serve]\nload_idle = false\n").unwrap();
+        assert!(!ServeConfig::load(Some(&f), &[], &[]).unwrap().load_idle);
+        let env = vec![("XMC_LOAD_IDLE".to_string(), "true".to_string())];
+        assert!(ServeConfig::load(Some(&f), &env, &[]).unwrap().load_idle);
+        let env = vec![("XMC_LOAD_IDLE".to_string(), "yes".to_string())];
+        let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+        assert!(err.contains("load_idle") && err.contains("`yes`"), "{err}");
     }
 }

@@ -98,18 +98,18 @@ fn open_and_warm(path: &Path) -> Result<Model, String> {
     Ok(model)
 }
 
-/// Runs `work` on a thread of its own at nice value `nice`, so that a load's CPU (checksums,
-/// validation, pre-faulting, warming) comes from what requests leave idle, and waits for it
-/// without blocking the async workers. A panic in `work` is an error, not a crash.
+/// Runs `work` on a thread of its own at low priority (see [`LoadPriority`]), so that a load's
+/// CPU (checksums, validation, pre-faulting, warming) comes from what requests leave idle, and
+/// waits for it without blocking the async workers. A panic in `work` is an error, not a crash.
 async fn in_background<T: Send + 'static>(
-    nice: i32,
+    priority: LoadPriority,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("xmc-load".into())
         .spawn(move || {
-            lower_priority(nice);
+            lower_priority(priority);
             let _ = tx.send(work());
         })
         .map_err(|e| format!("could not start the load thread: {e}"))?;
@@ -117,18 +117,43 @@ async fn in_background<T: Send + 'static>(
         .map_err(|_| "the load thread ended without a result".to_string())
 }
 
-/// Sets the calling thread's nice value (on Linux `setpriority` on a thread id applies to that
-/// thread alone). A refusal only costs latency during swaps, so it is logged, not fatal.
-fn lower_priority(nice: i32) {
+/// How far a background thread steps back for requests.
+#[derive(Clone, Copy, Debug)]
+struct LoadPriority {
+    /// The nice value (0–19).
+    nice: i32,
+    /// Run under `SCHED_IDLE` instead (Linux): the scheduler counts a core that runs only such
+    /// threads as idle when it places a waking thread, so a request thread takes that core at
+    /// once. A nice value does not do that: with the load generator busy on the other core, a
+    /// woken request thread waited behind the nice-19 load for a scheduler slice.
+    idle: bool,
+}
+
+/// Lowers the calling thread's priority (on Linux both calls apply to that thread alone). A
+/// refusal only costs latency during swaps, so it is logged, not fatal.
+fn lower_priority(p: LoadPriority) {
     #[cfg(target_os = "linux")]
-    if nice > 0 {
-        let tid = rustix::thread::gettid();
-        if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
-            tracing::warn!(error = %e, nice, "could not lower the load thread's priority");
+    {
+        use thread_priority::{
+            NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+            set_thread_priority_and_policy, thread_native_id,
+        };
+        if p.idle {
+            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+            match set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(error = ?e, "could not run the load thread as SCHED_IDLE"),
+            }
+        }
+        if p.nice > 0 {
+            let tid = rustix::thread::gettid();
+            if let Err(e) = rustix::process::setpriority_process(Some(tid), p.nice) {
+                tracing::warn!(error = %e, nice = p.nice, "could not lower the load thread's priority");
+            }
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = nice;
+    let _ = p;
 }
 
 /// Drops the unpublished model on a low-priority thread of its own once no request holds it.
@@ -138,14 +163,24 @@ fn lower_priority(nice: i32) {
 /// as latency) or an async worker (which stalls every request queued on it). The releaser keeps
 /// one reference, so requests finishing on the old model only decrement a count, and polls until
 /// it holds the last one.
-fn release_in_background<T: Send + Sync + 'static>(old: Arc<T>, nice: i32) {
+///
+/// `before_drop` runs on the last reference first: the server passes the bundle's
+/// [`crate::bundle::Bundle::release_pages`], so that the unmap itself is short. This thread
+/// runs at `nice`, never `SCHED_IDLE`: it takes the address-space lock, and a holder that any
+/// request thread preempts would leave every thread that needs the lock waiting.
+fn release_in_background<T: Send + Sync + 'static>(
+    old: Arc<T>,
+    nice: i32,
+    before_drop: impl FnOnce(&T) + Send + 'static,
+) {
     let spawned = std::thread::Builder::new()
         .name("xmc-release".into())
         .spawn(move || {
-            lower_priority(nice);
+            lower_priority(LoadPriority { nice, idle: false });
             while Arc::strong_count(&old) > 1 {
                 std::thread::sleep(RELEASE_POLL);
             }
+            before_drop(&old);
             drop(old);
         });
     if let Err(e) = spawned {
@@ -202,7 +237,11 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
     }
     let p = path.clone();
     let nice = state.cfg.load_nice;
-    let opened = in_background(nice, move || open_and_warm(&p))
+    let priority = LoadPriority {
+        nice,
+        idle: state.cfg.load_idle,
+    };
+    let opened = in_background(priority, move || open_and_warm(&p))
         .await
         .and_then(|r| r);
     // The file may have changed while it was read; then the next poll loads it again.
@@ -225,7 +264,7 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
             })));
             drop(serving);
             if let Some(old) = old {
-                release_in_background(old, nice);
+                release_in_background(old, nice, |l: &Loaded| l.model.bundle().release_pages());
             }
             metrics::gauge!("xmc_model_info", "name" => name.clone(), "version" => version.clone())
                 .set(1.0);
@@ -278,7 +317,7 @@ mod tests {
         let old = Arc::new(vec![7u8; 1024]);
         let watch = Arc::downgrade(&old);
         let request = Arc::clone(&old);
-        release_in_background(old, 0);
+        release_in_background(old, 0, |_| {});
         std::thread::sleep(RELEASE_POLL * 4);
         assert!(
             watch.upgrade().is_some(),
@@ -294,22 +333,61 @@ mod tests {
 
     #[tokio::test]
     async fn loads_run_on_their_own_thread_at_the_configured_nice_value() {
-        let (name, nice) = in_background(7, || {
-            let name = std::thread::current().name().map(str::to_string);
-            #[cfg(target_os = "linux")]
-            let nice = rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
-            #[cfg(not(target_os = "linux"))]
-            let nice = Some(7);
-            (name, nice)
-        })
+        let (name, nice) = in_background(
+            LoadPriority {
+                nice: 7,
+                idle: false,
+            },
+            || {
+                let name = std::thread::current().name().map(str::to_string);
+                #[cfg(target_os = "linux")]
+                let nice =
+                    rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok();
+                #[cfg(not(target_os = "linux"))]
+                let nice = Some(7);
+                (name, nice)
+            },
+        )
         .await
         .unwrap();
         assert_eq!(name.as_deref(), Some("xmc-load"));
         // A process already running at a higher nice value cannot go back down to 7.
         assert!(nice.is_some_and(|n| n >= 7), "{nice:?}");
-        let err = in_background(0, || -> u32 { panic!("a load that panics") })
+        let p = LoadPriority {
+            nice: 0,
+            idle: false,
+        };
+        let err = in_background(p, || -> u32 { panic!("a load that panics") })
             .await
             .unwrap_err();
         assert!(err.contains("without a result"), "{err}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn loads_run_as_sched_idle_when_asked() {
+        use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+        let policy = in_background(
+            LoadPriority {
+                nice: 7,
+                idle: true,
+            },
+            || thread_priority::thread_schedule_policy().ok(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            policy,
+            Some(ThreadSchedulePolicy::Normal(
+                NormalThreadSchedulePolicy::Idle
+            ))
+        );
+        // The caller's own thread keeps its policy.
+        assert_ne!(
+            thread_priority::thread_schedule_policy().ok(),
+            Some(ThreadSchedulePolicy::Normal(
+                NormalThreadSchedulePolicy::Idle
+            ))
+        );
     }
 }
