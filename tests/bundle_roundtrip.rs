@@ -115,6 +115,14 @@ fn same_sections_give_same_bytes() {
     assert_eq!(std::fs::read(&path).unwrap(), make());
 }
 
+fn open_verified_prefaulted(path: &std::path::Path) -> Bundle {
+    let options = OpenOptions {
+        verify_checksums: true,
+        prefault: true,
+    };
+    Bundle::open(path, &options).unwrap()
+}
+
 #[test]
 fn mapped_sections_outlive_the_bundle_and_are_aligned() {
     let dir = tempfile::tempdir().unwrap();
@@ -127,11 +135,7 @@ fn mapped_sections_outlive_the_bundle_and_are_aligned() {
         .unwrap();
     w.write_atomic(&path).unwrap();
 
-    let options = OpenOptions {
-        verify_checksums: true,
-        prefault: true,
-    };
-    let bundle = Bundle::open(&path, &options).unwrap();
+    let bundle = open_verified_prefaulted(&path);
     let section: Section<f32> = bundle.f32s("weights").unwrap();
     drop(bundle);
     assert_eq!(bits(&section), bits(&weights));
@@ -152,11 +156,7 @@ fn released_pages_read_back_the_same_bytes() {
     let mut w = BundleWriter::new();
     w.add_f32("weights", &weights).unwrap();
     w.write_atomic(&path).unwrap();
-    let options = OpenOptions {
-        verify_checksums: true,
-        prefault: true,
-    };
-    let bundle = Bundle::open(&path, &options).unwrap();
+    let bundle = open_verified_prefaulted(&path);
     let section: Section<f32> = bundle.f32s("weights").unwrap();
     bundle.release_pages();
     assert_eq!(bits(&section), bits(&weights));
