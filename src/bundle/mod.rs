@@ -120,12 +120,21 @@ fn release_pages(map: &memmap2::Mmap) {
     let _ = map;
 }
 
-/// Tells the kernel the whole map will be read soon, where the platform supports it.
+/// Tells the kernel the whole map will be read soon, where the platform supports it, in
+/// [`RELEASE_STEP`] pieces as [`release_pages`] does. Measured, not explained: under swaps
+/// every 0.5 s at 3750 req/s on debian-deps (two runs each), p99 during the swaps was
+/// 1.56–2.02 ms with one call over the 108 MB map, 1.40–1.47 ms with no advice at all, and
+/// 1.27–1.28 ms in 1 MiB steps, which keep the read-ahead for a cold file.
 fn advise_will_need(map: &memmap2::Mmap) {
     #[cfg(unix)]
     {
-        // Advice is only a hint; if the kernel refuses it, touching the pages still prefaults.
-        let _ = map.advise(memmap2::Advice::WillNeed);
+        let mut offset = 0;
+        while offset < map.len() {
+            let len = RELEASE_STEP.min(map.len() - offset);
+            // Advice is only a hint; if the kernel refuses it, touching the pages still prefaults.
+            let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
+            offset += len;
+        }
     }
     #[cfg(not(unix))]
     let _ = map;
