@@ -88,8 +88,9 @@ pub struct ServeConfig {
     pub admin_token: Option<String>,
     /// Log format.
     pub log_format: LogFormat,
-    /// The nice value (0–19) of the thread that loads a new model: the checksums, validation
-    /// and pre-faulting of a swap then run on CPU that requests leave idle (Linux only).
+    /// The nice value (0–19) of the thread that unmaps an old model, and of the thread that
+    /// loads a new one when `load_idle` is off: the checksums, validation and pre-faulting of a
+    /// swap then run on CPU that requests leave idle (Linux only).
     pub load_nice: i32,
     /// Whether the load thread runs under `SCHED_IDLE` (Linux), so that a core running only it
     /// counts as idle when a request thread wakes; `load_nice` applies when this is off or
