@@ -93,48 +93,45 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
-/// Bytes of `map` whose page-table entries [`release_pages`] drops per call.
-const RELEASE_STEP: usize = 1 << 20;
+/// Bytes of a map that one call of [`release_pages`] or [`advise_will_need`] advises.
+const ADVICE_STEP: usize = 1 << 20;
 
-/// Drops the page-table entries of `map` in [`RELEASE_STEP`] steps, yielding the CPU between
+/// The (offset, length) pieces, [`ADVICE_STEP`] long but the last, that cover `len` bytes.
+#[cfg(unix)]
+fn advice_steps(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(ADVICE_STEP)
+        .map(move |offset| (offset, ADVICE_STEP.min(len - offset)))
+}
+
+/// Drops the page-table entries of `map` in [`ADVICE_STEP`] steps, yielding the CPU between
 /// them, where the platform supports it.
 fn release_pages(map: &memmap2::Mmap) {
     #[cfg(unix)]
-    {
-        let mut offset = 0;
-        while offset < map.len() {
-            let len = RELEASE_STEP.min(map.len() - offset);
-            // SAFETY: `map` is a read-only shared mapping of an immutable bundle file (see
-            // `map_file`). MADV_DONTNEED on a shared file mapping only drops page-table entries:
-            // any later read of the range refaults the same bytes from the file, so no reference
-            // into the map (there may still be some) ever sees different contents. The range is
-            // inside the map. A refused hint changes nothing and is ignored.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
-            };
-            offset += len;
-            std::thread::yield_now();
-        }
+    for (offset, len) in advice_steps(map.len()) {
+        // SAFETY: `map` is a read-only shared mapping of an immutable bundle file (see
+        // `map_file`). MADV_DONTNEED on a shared file mapping only drops page-table entries:
+        // any later read of the range refaults the same bytes from the file, so no reference
+        // into the map (there may still be some) ever sees different contents. The range is
+        // inside the map. A refused hint changes nothing and is ignored.
+        let _ =
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
+        std::thread::yield_now();
     }
     #[cfg(not(unix))]
     let _ = map;
 }
 
 /// Tells the kernel the whole map will be read soon, where the platform supports it, in
-/// [`RELEASE_STEP`] pieces as [`release_pages`] does. Measured, not explained: under swaps
+/// [`ADVICE_STEP`] pieces as [`release_pages`] does. Measured, not explained: under swaps
 /// every 0.5 s at 3750 req/s on debian-deps (two runs each), p99 during the swaps was
 /// 1.56–2.02 ms with one call over the 108 MB map, 1.40–1.47 ms with no advice at all, and
 /// 1.27–1.28 ms in 1 MiB steps, which keep the read-ahead for a cold file.
 fn advise_will_need(map: &memmap2::Mmap) {
     #[cfg(unix)]
-    {
-        let mut offset = 0;
-        while offset < map.len() {
-            let len = RELEASE_STEP.min(map.len() - offset);
-            // Advice is only a hint; if the kernel refuses it, touching the pages still prefaults.
-            let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
-            offset += len;
-        }
+    for (offset, len) in advice_steps(map.len()) {
+        // Advice is only a hint; if the kernel refuses it, touching the pages still prefaults.
+        let _ = map.advise_range(memmap2::Advice::WillNeed, offset, len);
     }
     #[cfg(not(unix))]
     let _ = map;
