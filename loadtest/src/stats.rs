@@ -130,23 +130,24 @@ pub fn summarize_window(r: &RunResult, from_s: f64, to_s: f64) -> Summary {
     )
 }
 
-/// The samples scheduled in `[first, last)`, split by how long after the latest of `events`
-/// (seconds into the run, ascending) each was scheduled: one summary per window
-/// `[edges_ms[i], edges_ms[i + 1])`. A window's rate is over its share of the span.
+/// The samples scheduled from the first of `events` (seconds into the run, ascending) to the
+/// last edge after the last event, split by how long after the latest event each was
+/// scheduled: one summary per window `[edges_ms[i], edges_ms[i + 1])`. A window's rate is over
+/// its share of that span.
 ///
 /// This separates what an event (a model swap) costs the requests right after it from a drift
 /// that affects the whole phase alike.
 pub fn summarize_since(r: &RunResult, events: &[f64], edges_ms: &[u64]) -> Vec<Summary> {
-    let (Some(&first), Some(&last)) = (events.first(), events.last()) else {
+    let events_us: Vec<u64> = events.iter().map(|&e| (e * 1e6) as u64).collect();
+    let (Some(&first_us), Some(&last_us)) = (events_us.first(), events_us.last()) else {
         return Vec::new();
     };
-    let events_us: Vec<u64> = events.iter().map(|&e| (e * 1e6) as u64).collect();
     let gap_us = |i: usize| {
         events_us
             .get(i + 1)
             .map_or(u64::MAX, |next| next - events_us[i])
     };
-    let end_us = (last * 1e6) as u64 + edges_ms.last().copied().unwrap_or(0) * 1000;
+    let end_us = last_us + edges_ms.last().copied().unwrap_or(0) * 1000;
     let windows = edges_ms.windows(2).collect::<Vec<_>>();
     let mut picked: Vec<Vec<&Sample>> = vec![Vec::new(); windows.len()];
     let mut span_us = vec![0u64; windows.len()];
@@ -158,7 +159,7 @@ pub fn summarize_since(r: &RunResult, events: &[f64], edges_ms: &[u64]) -> Vec<S
     }
     for x in &r.samples {
         let t = x.scheduled_us;
-        if t < (first * 1e6) as u64 || t >= end_us {
+        if t < first_us || t >= end_us {
             continue;
         }
         let i = events_us.partition_point(|&e| e <= t) - 1;
