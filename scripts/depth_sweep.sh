@@ -12,7 +12,7 @@
 # server's default). Models already present in OUT/models are reused. The report
 # (report.md, report.json, depth*_latency.{svg,png}, precision_depth.*, latency_rate.*) goes to OUT.
 # Extra training keys: TRAIN_SET="max_leaf=50 solver.c=2". Load settings: DURATION (s, default 10),
-# LIMIT (queries, default 0 = all).
+# LIMIT (queries, default 0 = all), K (top-k per query, default 5; K=1 isolates the depth@1 effect).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=$(realpath "$1")
@@ -22,6 +22,7 @@ RATES=${3:-100,400}
 LPS=${4:-0,1,2,6,30,1000}
 DURATION=${DURATION:-10}
 LIMIT=${LIMIT:-0}
+K=${K:-5}
 mkdir -p "$OUT/models"
 cargo build --release --quiet --bin xmc --bin xmc-loadtest
 SETS=()
@@ -30,11 +31,11 @@ for kv in ${TRAIN_SET:-}; do SETS+=(--set "$kv"); done
 scenario="$OUT/depth-vs-latency.toml"
 cat >"$scenario" <<TOML
 kind = "depth-vs-latency"
-title = "Expected depth versus latency over HTTP: $NAME, T = 1, early stopping on"
+title = "Expected depth versus latency over HTTP: $NAME, T = 1, k = $K, early stopping on"
 
 [data]
 test = "$DATA/test.txt.gz"
-k = 5
+k = $K
 limit = $LIMIT
 
 [load]

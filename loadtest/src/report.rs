@@ -225,27 +225,34 @@ pub fn markdown(r: &Report) -> String {
                 r.load.warmup_s
             );
         }
-        let _ = writeln!(
-            m,
-            "| model | rate | achieved | P@1 | P@{k} | E[depth]@1 | \
-             E[depth]@{k} | nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | \
-             errors | load |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        // With k = 1 the @1 and @k columns would be the same figures twice.
+        let ks: Vec<usize> = if k == 1 { vec![1] } else { vec![1, k] };
+        let mut head = String::from("| model | rate | achieved |");
+        for kk in &ks {
+            let _ = write!(head, " P@{kk} |");
+        }
+        for kk in &ks {
+            let _ = write!(head, " E[depth]@{kk} |");
+        }
+        head.push_str(
+            " nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | load |\n\
+             |---|---:|---:|",
         );
+        head.push_str(&"---:|".repeat(2 * ks.len() + 8));
+        let _ = writeln!(m, "{head}");
         for x in &r.dvl {
             let q = &x.quality;
             let s = &x.summary;
+            let mut row = format!("| {} | {:.0} | {:.0} |", x.label, x.rate, s.achieved_rps);
+            for kk in &ks {
+                let _ = write!(row, " {} |", f(q.get(&format!("p@{kk}")), 4));
+            }
+            for kk in &ks {
+                let _ = write!(row, " {} |", f(q.get(&format!("expected_depth@{kk}")), 3));
+            }
             let _ = writeln!(
                 m,
-                "| {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | \
-                 {:.3} | {} | {} |",
-                x.label,
-                x.rate,
-                s.achieved_rps,
-                f(q.get("p@1"), 4),
-                f(q.get(&format!("p@{k}")), 4),
-                f(q.get("expected_depth@1"), 3),
-                f(q.get(&format!("expected_depth@{k}")), 3),
+                "{row} {} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} |",
                 f(q.get("nodes_evaluated_mean"), 1),
                 q.server_elapsed.mean_ms * 1000.0,
                 s.latency.p50_ms,
