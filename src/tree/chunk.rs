@@ -25,6 +25,9 @@ use thiserror::Error;
 /// binary search per query feature. Measured by `benches/predict.rs` (scan vs. search).
 const SCAN_FACTOR: usize = 8;
 
+/// The exponent bits of an `f32`.
+const F32_EXP: u32 = 0x7f80_0000;
+
 /// Why stored chunk arrays were refused.
 #[derive(Debug, Error, PartialEq)]
 pub enum ChunkError {
@@ -296,43 +299,79 @@ where
             let table =
                 &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
             // Every used slot names one of the node's features at its true position, and a free
-            // slot exists, so a probe always ends and finds exactly the stored features.
-            let bad_slot = table.chunks_exact(2).any(|s| {
-                s[0] != EMPTY && (s[1] as usize >= n || self.feat[start + s[1] as usize] != s[0])
-            });
-            if bad_slot || (n > 0 && !table.chunks_exact(2).any(|s| s[0] == EMPTY)) {
+            // slot exists, so a probe always ends and finds exactly the stored features. One
+            // pass, without early exits: a valid table is the common case.
+            let feats = &self.feat[start..start + n];
+            let (mut bad_slot, mut free) = (false, false);
+            for s in table.chunks_exact(2) {
+                if s[0] == EMPTY {
+                    free = true;
+                } else {
+                    bad_slot |= feats.get(s[1] as usize) != Some(&s[0]);
+                }
+            }
+            if bad_slot || (n > 0 && !free) {
                 return Err(ChunkError::Hash { node });
             }
         }
         for (node, &m) in n_outputs.iter().enumerate() {
-            let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
-            let mut prev: Option<u32> = None;
-            for p in feats {
-                let f = self.feat[p];
-                if prev.is_some_and(|q| q >= f) || f as usize >= n_features {
-                    return Err(ChunkError::Feature {
-                        node,
-                        feature: f,
-                        n_features,
-                    });
-                }
-                prev = Some(f);
-                let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
-                for e in entries {
-                    if self.entry_out[e] as usize >= m {
-                        return Err(ChunkError::Output {
-                            node,
-                            output: self.entry_out[e],
-                            n_outputs: m,
-                        });
-                    }
-                    if !self.entry_weight[e].is_finite() {
-                        return Err(ChunkError::Weight { node });
-                    }
-                }
+            // One branch-free pass per array over the node's features and its entries (which
+            // `entry_start`'s offsets, checked above, make one contiguous range), so the checks
+            // vectorize; only a node that fails is walked again to name the culprit.
+            let (p0, p1) = (
+                self.feat_start[node] as usize,
+                self.feat_start[node + 1] as usize,
+            );
+            let feats = &self.feat[p0..p1];
+            let sorted = feats.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
+            let in_range = feats.last().is_none_or(|&f| (f as usize) < n_features);
+            let (a, b) = (self.entry_start[p0] as usize, self.entry_start[p1] as usize);
+            let outs = &self.entry_out[a..b];
+            let max_out = outs.iter().fold(0u32, |acc, &o| acc.max(o));
+            // An exponent of all ones is an infinity or a NaN.
+            let max_exp = self.entry_weight[a..b]
+                .iter()
+                .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
+            let outs_ok = outs.is_empty() || (max_out as usize) < m;
+            if !(sorted && in_range && outs_ok && max_exp != F32_EXP) {
+                return Err(self.entry_error(node, m, n_features));
             }
         }
         Ok(())
+    }
+
+    /// The first bad feature id, output index or weight of `node`, which the vectorized pass in
+    /// [`Chunks::validate_entries`] found to have one.
+    #[cold]
+    fn entry_error(&self, node: usize, m: usize, n_features: usize) -> ChunkError {
+        let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
+        let mut prev: Option<u32> = None;
+        for p in feats {
+            let f = self.feat[p];
+            if prev.is_some_and(|q| q >= f) || f as usize >= n_features {
+                return ChunkError::Feature {
+                    node,
+                    feature: f,
+                    n_features,
+                };
+            }
+            prev = Some(f);
+            let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
+            for e in entries {
+                if self.entry_out[e] as usize >= m {
+                    return ChunkError::Output {
+                        node,
+                        output: self.entry_out[e],
+                        n_outputs: m,
+                    };
+                }
+                if !self.entry_weight[e].is_finite() {
+                    return ChunkError::Weight { node };
+                }
+            }
+        }
+        // Unreachable while the fast pass and this walk check the same things.
+        ChunkError::Weight { node }
     }
 
     /// Adds node `node`'s weights times the query to `acc` (one slot per output).
@@ -641,5 +680,53 @@ mod tests {
             Err(ChunkError::Weight { node: 0 })
         );
         assert!(b.validate(&[2], 10).is_err());
+    }
+
+    /// The vectorized pass checks whole nodes at once: a bad value anywhere in a node, first
+    /// entry or last, is found and named with its node.
+    #[test]
+    fn validate_finds_a_bad_entry_at_every_position() {
+        let b = two_nodes();
+        b.validate(&[2, 3], 10).unwrap();
+        let node_of = |e: usize| {
+            let p = b
+                .entry_start
+                .iter()
+                .rposition(|&s| s as usize <= e)
+                .unwrap();
+            b.feat_start.iter().rposition(|&s| s as usize <= p).unwrap()
+        };
+        for e in 0..b.entry_weight.len() {
+            let node = node_of(e);
+            for w in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+                let mut bad = b.clone();
+                bad.entry_weight[e] = w;
+                assert_eq!(bad.validate(&[2, 3], 10), Err(ChunkError::Weight { node }));
+            }
+            let mut bad = b.clone();
+            bad.entry_out[e] = 3;
+            assert_eq!(
+                bad.validate(&[2, 3], 10),
+                Err(ChunkError::Output {
+                    node,
+                    output: 3,
+                    n_outputs: [2, 3][node],
+                })
+            );
+        }
+        // Feature ids out of order within a node (the hash table updated to match, so that
+        // only the order is wrong).
+        let mut bad = b.clone();
+        bad.feat.swap(0, 1);
+        let node0 = bad.hash_start[0] as usize..bad.hash_start[1] as usize;
+        for s in bad.hash[node0].chunks_exact_mut(2) {
+            if s[0] != EMPTY && s[1] < 2 {
+                s[1] = 1 - s[1];
+            }
+        }
+        assert!(matches!(
+            bad.validate(&[2, 3], 10),
+            Err(ChunkError::Feature { node: 0, .. })
+        ));
     }
 }
