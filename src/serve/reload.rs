@@ -68,8 +68,18 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// What a load spent, for the log line that publishes it.
+#[derive(Clone, Copy, Debug, Default)]
+struct LoadTimes {
+    /// Opening, pre-faulting and verifying every checksum.
+    open_ms: f64,
+    /// The warm-up predictions.
+    warm_ms: f64,
+}
+
 /// Opens, validates (checksums included), pre-faults and warms the bundle at `path`.
-fn open_and_warm(path: &Path) -> Result<Model, String> {
+fn open_and_warm(path: &Path) -> Result<(Model, LoadTimes), String> {
+    let start = std::time::Instant::now();
     let model = Model::open(
         path,
         &OpenOptions {
@@ -78,6 +88,7 @@ fn open_and_warm(path: &Path) -> Result<Model, String> {
         },
     )
     .map_err(|e| format!("{}: {e}", path.display()))?;
+    let opened = std::time::Instant::now();
     // A few predictions touch the request path's code and the upper tree levels, so the first
     // real request after the swap is not the cold one.
     let d = model.meta().n_features.max(1) as u32;
@@ -95,7 +106,11 @@ fn open_and_warm(path: &Path) -> Result<Model, String> {
             &mut out,
         );
     }
-    Ok(model)
+    let times = LoadTimes {
+        open_ms: (opened - start).as_secs_f64() * 1e3,
+        warm_ms: opened.elapsed().as_secs_f64() * 1e3,
+    };
+    Ok((model, times))
 }
 
 /// Runs `work` on a thread of its own at low priority (see [`LoadPriority`]), so that a load's
@@ -246,7 +261,7 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
         .and_then(|r| r);
     // The file may have changed while it was read; then the next poll loads it again.
     match opened {
-        Ok(model) => {
+        Ok((model, times)) => {
             let version = model.meta().version.clone();
             let name = model.meta().name.clone();
             if let Some(old) = serving.as_ref() {
@@ -274,7 +289,14 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
                 s.last_error = None;
             }
             *last_failed = None;
-            tracing::info!(%name, %version, path = %path.display(), "model published");
+            tracing::info!(
+                %name,
+                %version,
+                path = %path.display(),
+                open_ms = format_args!("{:.1}", times.open_ms),
+                warm_ms = format_args!("{:.1}", times.warm_ms),
+                "model published"
+            );
             Ok(ReloadOutcome::Loaded(version))
         }
         Err(msg) => Err(record_failure(state, msg, Some(sig), &mut last_failed)),
