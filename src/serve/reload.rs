@@ -69,9 +69,9 @@ fn unix_now() -> u64 {
 }
 
 /// What a load spent, for the log line that publishes it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct LoadTimes {
-    /// Opening, pre-faulting and verifying every checksum.
+    /// Opening, pre-faulting, and verifying every checksum and index.
     open_ms: f64,
     /// The warm-up predictions.
     warm_ms: f64,
