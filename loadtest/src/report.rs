@@ -227,18 +227,28 @@ pub fn markdown(r: &Report) -> String {
         }
         // With k = 1 the @1 and @k columns would be the same figures twice.
         let ks: Vec<usize> = if k == 1 { vec![1] } else { vec![1, k] };
-        let mut head = String::from("| model | rate | achieved |");
-        for kk in &ks {
-            let _ = write!(head, " P@{kk} |");
-        }
-        for kk in &ks {
-            let _ = write!(head, " E[depth]@{kk} |");
-        }
-        head.push_str(
-            " nodes | server µs mean | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | load |\n\
-             |---|---:|---:|",
+        let mut cols: Vec<String> = ["model", "rate", "achieved"].map(String::from).to_vec();
+        cols.extend(ks.iter().map(|kk| format!("P@{kk}")));
+        cols.extend(ks.iter().map(|kk| format!("E[depth]@{kk}")));
+        cols.extend(
+            [
+                "nodes",
+                "server µs mean",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "p99.9 ms",
+                "errors",
+                "load",
+            ]
+            .map(String::from),
         );
-        head.push_str(&"---:|".repeat(2 * ks.len() + 8));
+        // The separator row is derived from the header, so the two cannot disagree.
+        let head = format!(
+            "| {} |\n|---|{}",
+            cols.join(" | "),
+            "---:|".repeat(cols.len() - 1)
+        );
         let _ = writeln!(m, "{head}");
         for x in &r.dvl {
             let q = &x.quality;
