@@ -12,7 +12,9 @@
 # server's default). Models already present in OUT/models are reused. The report
 # (report.md, report.json, depth*_latency.{svg,png}, precision_depth.*, latency_rate.*) goes to OUT.
 # Extra training keys: TRAIN_SET="max_leaf=50 solver.c=2". Load settings: DURATION (s, default 10),
-# LIMIT (queries, default 0 = all), K (top-k per query, default 5; K=1 isolates the depth@1 effect).
+# LIMIT (queries, default 0 = all), K (top-k per query, default 5; K=1 isolates the depth@1 effect),
+# LOAD_CPUS and SERVER_CPUS (comma-separated CPU ids: pin the generator and the servers apart,
+# e.g. LOAD_CPUS=0 SERVER_CPUS=1; see loadtest/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=$(realpath "$1")
@@ -23,6 +25,8 @@ LPS=${4:-0,1,2,6,30,1000}
 DURATION=${DURATION:-10}
 LIMIT=${LIMIT:-0}
 K=${K:-5}
+LOAD_CPUS=${LOAD_CPUS:-}
+SERVER_CPUS=${SERVER_CPUS:-}
 mkdir -p "$OUT/models"
 cargo build --release --quiet --bin xmc --bin xmc-loadtest
 SETS=()
@@ -42,9 +46,11 @@ limit = $LIMIT
 arrivals = "poisson"
 duration_s = $DURATION
 warmup_s = 2
+cpus = [$LOAD_CPUS]
 
 [server]
 xmc = "target/release/xmc"
+cpus = [$SERVER_CPUS]
 
 [depth_vs_latency]
 rates = [$RATES]

@@ -5,11 +5,13 @@
 //! - [`stats`]: HDR-histogram summaries.
 //! - [`scenario`]: the TOML scenario files.
 //! - [`queries`]: request bodies and truth from an XC file; quality through `xmc::eval`.
+//! - [`pin`]: pinning the generator and the servers to CPUs.
 //! - [`server`]: starting `xmc serve`, probing a server, reading its memory.
 //! - [`runner`]: depth-vs-latency, hot-swap and max-rate.
 //! - [`report`] and [`plot`]: JSON, Markdown, SVG and PNG.
 
 pub mod engine;
+pub mod pin;
 pub mod plot;
 pub mod queries;
 pub mod report;

@@ -39,6 +39,9 @@ fn real_main() -> anyhow::Result<()> {
                 .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
             PathBuf::from("loadtest/out").join(stem)
         });
+    if !scenario.load.cpus.is_empty() {
+        xmc_loadtest::pin::pin_self(&scenario.load.cpus)?;
+    }
     // One thread: the generator shares the machine with the server under test.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -102,7 +102,7 @@ impl Ctx {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 all.extend(env.iter().cloned());
-                Server::start(
+                let server = Server::start(
                     &self.client,
                     &self.scenario.server.xmc,
                     b,
@@ -110,7 +110,18 @@ impl Ctx {
                     &self.out.join(format!("serve-{tag}.log")),
                     Duration::from_secs_f64(self.scenario.server.startup_timeout_s),
                 )
-                .await
+                .await?;
+                // A started server inherits the generator's CPUs; it gets its own, or all of them.
+                let (load, cpus) = (&self.scenario.load.cpus, &self.scenario.server.cpus);
+                if let Some(pid) = server.pid()
+                    && !(load.is_empty() && cpus.is_empty())
+                {
+                    let all_cpus: Vec<usize> =
+                        (0..std::thread::available_parallelism().map_or(1, usize::from)).collect();
+                    let cpus = if cpus.is_empty() { &all_cpus } else { cpus };
+                    crate::pin::pin_process(pid, cpus)?;
+                }
+                Ok(server)
             }
             (None, None) => anyhow::bail!("no bundle or url for {tag}"),
         }

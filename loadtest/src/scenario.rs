@@ -85,6 +85,8 @@ pub struct LoadSpec {
     pub max_in_flight: usize,
     /// Seed of the Poisson arrivals.
     pub seed: u64,
+    /// The CPUs the generator runs on (empty: any); see [`crate::pin`].
+    pub cpus: Vec<usize>,
 }
 
 impl Default for LoadSpec {
@@ -97,6 +99,7 @@ impl Default for LoadSpec {
             timeout_ms: 2000,
             max_in_flight: 2048,
             seed: 1,
+            cpus: Vec::new(),
         }
     }
 }
@@ -111,6 +114,8 @@ pub struct ServerSpec {
     pub startup_timeout_s: f64,
     /// Extra environment for started servers (e.g. `XMC_LOG = "warn"`).
     pub env: BTreeMap<String, String>,
+    /// The CPUs every thread of a started server runs on (empty: any); see [`crate::pin`].
+    pub cpus: Vec<usize>,
 }
 
 impl Default for ServerSpec {
@@ -119,6 +124,7 @@ impl Default for ServerSpec {
             xmc: PathBuf::from("target/release/xmc"),
             startup_timeout_s: 60.0,
             env: BTreeMap::new(),
+            cpus: Vec::new(),
         }
     }
 }
@@ -290,6 +296,8 @@ impl Scenario {
             bail!("`load.max_in_flight` must be at least 1");
         }
         positive("server.startup_timeout_s", self.server.startup_timeout_s)?;
+        crate::pin::check("load.cpus", &l.cpus)?;
+        crate::pin::check("server.cpus", &self.server.cpus)?;
         for (i, m) in self.models.iter().enumerate() {
             match (&m.bundle, &m.url) {
                 (Some(_), Some(_)) => {
@@ -443,6 +451,18 @@ swaps = 3
 "#;
         let e = err(hs);
         assert!(e.contains("hot_swap.rate") && e.contains("> 0"), "{e}");
+    }
+
+    #[test]
+    fn cpus_must_exist_and_differ() {
+        let s = Scenario::parse(&GOOD.replace("[data]", "[load]\ncpus = [0]\n[data]"))
+            .expect("CPU 0 exists");
+        assert_eq!(s.load.cpus, vec![0]);
+        assert!(s.server.cpus.is_empty());
+        let e = err(&GOOD.replace("[data]", "[server]\ncpus = [4096]\n[data]"));
+        assert!(e.contains("server.cpus") && e.contains("4096"), "{e}");
+        let e = err(&GOOD.replace("[data]", "[load]\ncpus = [0, 0]\n[data]"));
+        assert!(e.contains("load.cpus") && e.contains("twice"), "{e}");
     }
 
     #[test]
