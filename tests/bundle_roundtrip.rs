@@ -147,6 +147,52 @@ fn mapped_sections_outlive_the_bundle_and_are_aligned() {
     assert_eq!(sum, weights.iter().sum::<f32>());
 }
 
+/// The resident size, in bytes, of this process's mapping of `path` (`Rss` in
+/// `/proc/self/smaps`).
+#[cfg(target_os = "linux")]
+fn mapped_rss(path: &std::path::Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let name = path.to_str()?;
+    let mut lines = smaps.lines().skip_while(|l| !l.ends_with(name)).skip(1);
+    let rss = lines.find(|l| l.starts_with("Rss:"))?;
+    let kb: u64 = rss.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn prefaulting_maps_every_page_and_a_plain_open_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    // Several prefault steps (1 MiB each) and a partial last one.
+    let weights: Vec<f32> = (0..700_000).map(|i| (i % 983) as f32).collect();
+    let open = |name: &str, prefault: bool| {
+        let path = dir.path().join(name);
+        let mut w = BundleWriter::new();
+        w.add_f32("weights", &weights).unwrap();
+        w.write_atomic(&path).unwrap();
+        let options = OpenOptions {
+            verify_checksums: false,
+            prefault,
+        };
+        let bundle = Bundle::open(&path, &options).unwrap();
+        let rss = mapped_rss(&path).expect("the bundle is mapped");
+        (bundle, rss)
+    };
+    let (plain, plain_rss) = open("plain.xmcb", false);
+    let (warm, warm_rss) = open("warm.xmcb", true);
+    let len = warm.file_len();
+    assert!(
+        warm_rss >= len - 4095,
+        "prefaulted: {warm_rss} of {len} bytes resident"
+    );
+    assert!(
+        plain_rss < len / 2,
+        "plain open: {plain_rss} of {len} bytes resident"
+    );
+    assert_eq!(bits(&warm.f32s("weights").unwrap()), bits(&weights));
+    drop(plain);
+}
+
 #[test]
 fn released_pages_read_back_the_same_bytes() {
     let dir = tempfile::tempdir().unwrap();

@@ -208,10 +208,14 @@ impl Bundle {
         }
     }
 
-    /// Advises the kernel to read the whole file ahead and touches one byte per page.
+    /// Advises the kernel to read the whole file ahead, then has it populate the page tables, or
+    /// where it cannot, touches one byte per page.
     fn prefault(&self) {
         if let Backing::Mmap(map) = &*self.backing {
             super::advise_will_need(map);
+            if super::populate(map) {
+                return;
+            }
         }
         let bytes = self.backing.bytes();
         let touched = bytes.iter().step_by(4096).fold(0u8, |acc, &b| acc ^ b);
