@@ -39,6 +39,7 @@ fn real_main() -> anyhow::Result<()> {
                 .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
             PathBuf::from("loadtest/out").join(stem)
         });
+    // The scenario's check recorded the CPUs the process may use before this narrows them.
     if !scenario.load.cpus.is_empty() {
         xmc_loadtest::pin::pin_self(&scenario.load.cpus)?;
     }

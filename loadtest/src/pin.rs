@@ -7,21 +7,29 @@
 //! read. Those waits are the generator's, not the server's, yet they land in the measured
 //! latency. With `load.cpus` and `server.cpus` set to disjoint CPUs, the generator's yields only
 //! reach its own threads, and the server keeps its own cores, as it would behind a real network
-//! (ARCHITECTURE.md, "Hot swap" gives the measurements).
+//! (ARCHITECTURE.md, "The server", gives the measurements).
 
 use anyhow::{Context, bail};
 use rustix::process::Pid;
-use rustix::thread::{CpuSet, sched_setaffinity};
+use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+use std::sync::OnceLock;
 
-/// Checks that `cpus` (the value of `key`) names CPUs of this machine, none twice.
+/// The CPUs this process could run on when it first asked, before any pinning: the CPUs a
+/// scenario may name, and those a server gets back when only the generator is pinned.
+pub fn allowed() -> &'static [usize] {
+    static ALLOWED: OnceLock<Vec<usize>> = OnceLock::new();
+    ALLOWED.get_or_init(|| match sched_getaffinity(None) {
+        Ok(set) => (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, usize::from)).collect(),
+    })
+}
+
+/// Checks that `cpus` (the value of `key`) names CPUs this process may run on, none twice.
 pub fn check(key: &str, cpus: &[usize]) -> anyhow::Result<()> {
-    let online = std::thread::available_parallelism().map_or(1, usize::from);
+    let allowed = allowed();
     for (i, &c) in cpus.iter().enumerate() {
-        if c >= online.min(CpuSet::MAX_CPU) {
-            bail!(
-                "`{key}`: CPU {c} does not exist (this machine has CPUs 0 to {})",
-                online - 1
-            );
+        if !allowed.contains(&c) {
+            bail!("`{key}`: CPU {c} is not one this process may run on ({allowed:?})");
         }
         if cpus[..i].contains(&c) {
             bail!("`{key}`: CPU {c} is named twice");
@@ -79,13 +87,14 @@ mod tests {
 
     #[test]
     fn check_refuses_missing_and_repeated_cpus() {
-        assert!(check("load.cpus", &[0]).is_ok());
+        let first = allowed()[0];
+        assert!(check("load.cpus", &[first]).is_ok());
         let err = check("server.cpus", &[100_000]).unwrap_err().to_string();
         assert!(
             err.contains("server.cpus") && err.contains("100000"),
             "{err}"
         );
-        let err = check("load.cpus", &[0, 0]).unwrap_err().to_string();
+        let err = check("load.cpus", &[first, first]).unwrap_err().to_string();
         assert!(err.contains("named twice"), "{err}");
     }
 
@@ -95,7 +104,8 @@ mod tests {
             .arg("5")
             .spawn()
             .expect("sleep runs");
-        let pinned = pin_process(child.id(), &[0]);
+        let first = allowed()[0];
+        let pinned = pin_process(child.id(), &[first]);
         let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
             .expect("status readable");
         let _ = child.kill();
@@ -105,6 +115,11 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("Cpus_allowed_list:"))
             .expect("the status has the mask");
-        assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+        let expected = first.to_string();
+        assert_eq!(
+            line.split_whitespace().nth(1),
+            Some(expected.as_str()),
+            "{line}"
+        );
     }
 }

@@ -116,9 +116,11 @@ impl Ctx {
                 if let Some(pid) = server.pid()
                     && !(load.is_empty() && cpus.is_empty())
                 {
-                    let all_cpus: Vec<usize> =
-                        (0..std::thread::available_parallelism().map_or(1, usize::from)).collect();
-                    let cpus = if cpus.is_empty() { &all_cpus } else { cpus };
+                    let cpus = if cpus.is_empty() {
+                        crate::pin::allowed()
+                    } else {
+                        cpus
+                    };
                     crate::pin::pin_process(pid, cpus)?;
                 }
                 Ok(server)
