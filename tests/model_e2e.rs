@@ -124,9 +124,9 @@ fn label_and_feature_names_round_trip_and_wrong_counts_are_refused() {
     let trained = train::train(&ds, &cfg, inputs, &Quiet).unwrap();
     let model =
         Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
-    assert_eq!(model.label_names().unwrap()[7], "label7");
+    assert_eq!(model.label_names().unwrap().get(7), Some("label7"));
     assert_eq!(model.feature_names().unwrap().len(), ds.n_features());
-    assert_eq!(model.feature_names().unwrap()[498], "word498");
+    assert_eq!(model.feature_names().unwrap().get(498), Some("word498"));
     assert!(model.meta().has_feature_names);
 
     let short = TrainInputs {

@@ -7,9 +7,11 @@
 
 pub mod evaluate;
 mod meta;
+mod names;
 mod query;
 
 pub use meta::{Created, MODEL_FORMAT, ModelMeta};
+pub use names::Names;
 pub use query::QueryError;
 
 use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
@@ -394,7 +396,7 @@ impl Model {
     }
 
     /// The label names, when the model has them.
-    pub fn label_names(&self) -> Option<&[String]> {
+    pub fn label_names(&self) -> Option<&Names> {
         self.label_names.get(&self.bundle)
     }
 
@@ -582,7 +584,7 @@ impl Model {
     }
 
     /// The feature names, when the model has them.
-    pub fn feature_names(&self) -> Option<&[String]> {
+    pub fn feature_names(&self) -> Option<&Names> {
         self.feature_names.get(&self.bundle)
     }
 
@@ -622,7 +624,7 @@ struct LazyNames {
     present: bool,
     section: &'static str,
     expected: usize,
-    parsed: OnceLock<Option<Vec<String>>>,
+    parsed: OnceLock<Option<Names>>,
 }
 
 impl LazyNames {
@@ -636,11 +638,11 @@ impl LazyNames {
     }
 
     /// Reads and checks the section (`None` when the metadata says it is absent).
-    fn read(&self, bundle: &Bundle) -> Result<Option<Vec<String>>, ModelError> {
+    fn read(&self, bundle: &Bundle) -> Result<Option<Names>, ModelError> {
         if !self.present {
             return Ok(None);
         }
-        let names: Vec<String> = bundle.json(self.section)?;
+        let names: Names = bundle.json(self.section)?;
         if names.len() != self.expected {
             return Err(ModelError::Meta(format!(
                 "{} holds {} names for {} items",
@@ -661,7 +663,7 @@ impl LazyNames {
 
     /// The names, parsed on the first call. A section that does not parse (only a model opened
     /// without verification can have one) counts as absent, and is logged once.
-    fn get(&self, bundle: &Bundle) -> Option<&[String]> {
+    fn get(&self, bundle: &Bundle) -> Option<&Names> {
         self.parsed
             .get_or_init(|| {
                 self.read(bundle).unwrap_or_else(|e| {
@@ -669,7 +671,7 @@ impl LazyNames {
                     None
                 })
             })
-            .as_deref()
+            .as_ref()
     }
 }
 

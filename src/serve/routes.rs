@@ -211,7 +211,7 @@ fn predict_one(
         if let Some(names) = model.label_names() {
             let n: Vec<&str> = labels
                 .iter()
-                .map(|&l| names.get(l as usize).map_or("", String::as_str))
+                .map(|&l| names.get(l as usize).unwrap_or(""))
                 .collect();
             body["names"] = json!(n);
         }
