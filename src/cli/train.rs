@@ -104,6 +104,27 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mut trained = train::train(&ds, &cfg, inputs, progress)?;
     bars.finish();
     let train_s = start.elapsed().as_secs_f64();
+    if let Some(cv) = trained.meta.bp.as_ref().and_then(|bp| bp.cv.as_ref()) {
+        if !cv.grid.iter().any(|p| p.within) {
+            let worst = cv
+                .grid
+                .iter()
+                .find(|p| p.lambda == cv.chosen)
+                .map(|p| {
+                    p.p1_full
+                        .iter()
+                        .zip(&p.p1_bp)
+                        .map(|(f, b)| f - b)
+                        .fold(f64::NEG_INFINITY, f64::max)
+                })
+                .unwrap_or(f64::NAN);
+            eprintln!(
+                "warning: no bp_lambda kept the cross-validated P@1 loss within bp_tolerance = {:.4} \
+                 on every fold; chose bp_lambda = {}, whose worst fold lost {:.4}",
+                cv.tolerance, cv.chosen, worst
+            );
+        }
+    }
     trained
         .meta
         .created

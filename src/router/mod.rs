@@ -94,11 +94,14 @@ pub struct CvPoint {
     /// Per fold scored, in fold order: q (0 when no partition exists). A λ stops at its first
     /// fold out of tolerance, so it may have fewer entries than `folds` (unless none passes).
     pub q: Vec<usize>,
-    /// Per fold: held-out P@1 of the fold's flat model over all labels.
+    /// Per fold: held-out P@1 of the model without BP (of the blocks' kind, over all labels)
+    /// trained on the other folds.
     pub p1_full: Vec<f64>,
-    /// Per fold: held-out P@1 of the same model restricted to the routed block's labels.
+    /// Per fold: held-out P@1 of the BP model at this λ (partition, router and block models)
+    /// trained on the other folds.
     pub p1_bp: Vec<f64>,
-    /// Per fold: mean classifier evaluations per query (q + the routed block's labels).
+    /// Per fold: that BP model's mean classifier evaluations per query (the router's q and the
+    /// routed block's search).
     pub evals_mean: Vec<f64>,
     /// Whether the loss is within the tolerance on every fold.
     pub within: bool,

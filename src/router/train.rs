@@ -2,13 +2,13 @@
 //! partition, the router, and one model per block.
 
 use super::partition::{self, Partition};
-use super::view::{BlockArrays, BpArrays};
+use super::view::{BlockArrays, BpArrays, BpQuery, BpScratch};
 use super::{BpMeta, CvPoint, CvReport, QTry};
 use crate::cluster::derive_seed;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, SparseMatrix, row_slices};
-use crate::linear::{Loss, SolverParams};
-use crate::train::{Progress, TrainError, single_leaf, train_one_tree};
+use crate::linear::SolverParams;
+use crate::train::{OneTree, Progress, Quiet, TrainError, single_leaf, train_one_tree};
 use crate::tree::freq::label_frequencies;
 use crate::tree::train::{select_rows, train_tree};
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays};
@@ -18,10 +18,6 @@ use std::time::Instant;
 
 /// The λ_bp values the cross-validation tries, smallest (most labels per block) first.
 pub const LAMBDA_GRID: &[f64] = &[0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0];
-
-/// How many of a held-out point's best labels (by the fold's flat model) the cross-validation
-/// keeps; a routed block holding none of them counts as a miss at P@1.
-const CV_TOP: usize = 100;
 
 /// What BP training produced.
 #[derive(Debug)]
@@ -77,33 +73,7 @@ pub fn train_bp(
     seconds.push(("bp_router".to_string(), start.elapsed().as_secs_f64()));
 
     let start = Instant::now();
-    let mut blocks = Vec::with_capacity(part.q());
-    let mut block_stats = Vec::with_capacity(part.q());
-    let mut block_points = Vec::with_capacity(part.q());
-    for (b, cluster) in part.clusters.iter().enumerate() {
-        let rows: Vec<u32> = (0..ds.n_points() as u32)
-            .filter(|&i| part.assign[i as usize] as usize == b)
-            .collect();
-        block_points.push(rows.len());
-        let bds = block_dataset(ds, &rows, cluster);
-        let weighted = cfg.block_model == ModelKind::Tree && cfg.lambda > 0.0;
-        let freqs = weighted.then(|| label_frequencies(&bds.labels, cfg.freq));
-        let one = train_one_tree(
-            &bds,
-            cfg,
-            cfg.block_model,
-            freqs.as_ref(),
-            derive_seed(seed, 100 + b as u64),
-            progress,
-            &format!("block {b}"),
-        )
-        .map_err(|e| bp_err(format!("block {b}: {}", e.for_tree(0))))?;
-        block_stats.push(one.stats);
-        blocks.push(BlockArrays {
-            labels: cluster.clone(),
-            tree: one.arrays,
-        });
-    }
+    let trained = train_blocks(ds, &part, cfg, seed, progress)?;
     seconds.push(("bp_blocks".to_string(), start.elapsed().as_secs_f64()));
 
     let total_ones = ds.labels.nnz().max(1) as f64;
@@ -117,7 +87,7 @@ pub fn train_bp(
             "configured".into()
         },
         block_model: cfg.block_model,
-        block_points,
+        block_points: trained.points,
         block_labels: part.clusters.iter().map(Vec::len).collect(),
         captured_frac: captured / total_ones,
         objective: part.objective(),
@@ -126,11 +96,82 @@ pub fn train_bp(
         cv,
     };
     Ok(BpTrained {
-        arrays: BpArrays { router, blocks },
+        arrays: BpArrays {
+            router,
+            blocks: trained.blocks,
+        },
         meta,
-        block_stats,
+        block_stats: trained.stats,
         seconds,
     })
+}
+
+/// The block models of one partition, with what the metadata records of them.
+struct TrainedBlocks {
+    blocks: Vec<BlockArrays<Vec<u32>, Vec<f32>>>,
+    stats: Vec<serde_json::Value>,
+    points: Vec<usize>,
+}
+
+/// Trains one model per block of `part` (of the kind `block_model`) over the block's points and
+/// label cluster; block b's seed is derived from `seed` and b.
+fn train_blocks(
+    ds: &Dataset,
+    part: &Partition,
+    cfg: &TrainConfig,
+    seed: u64,
+    progress: &dyn Progress,
+) -> Result<TrainedBlocks, TrainError> {
+    let mut blocks = Vec::with_capacity(part.q());
+    let mut stats = Vec::with_capacity(part.q());
+    let mut points = Vec::with_capacity(part.q());
+    for (b, cluster) in part.clusters.iter().enumerate() {
+        let rows: Vec<u32> = (0..ds.n_points() as u32)
+            .filter(|&i| part.assign[i as usize] as usize == b)
+            .collect();
+        points.push(rows.len());
+        let bds = block_dataset(ds, &rows, cluster);
+        let name = format!("block {b}");
+        let one = train_kind(
+            &bds,
+            cfg,
+            derive_seed(seed, 100 + b as u64),
+            progress,
+            &name,
+        )?;
+        stats.push(one.stats);
+        blocks.push(BlockArrays {
+            labels: cluster.clone(),
+            tree: one.arrays,
+        });
+    }
+    Ok(TrainedBlocks {
+        blocks,
+        stats,
+        points,
+    })
+}
+
+/// Trains a model of the blocks' kind (`block_model`) on `ds`; `name` prefixes its errors.
+fn train_kind(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    seed: u64,
+    progress: &dyn Progress,
+    name: &str,
+) -> Result<OneTree, TrainError> {
+    let weighted = cfg.block_model == ModelKind::Tree && cfg.lambda > 0.0;
+    let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
+    train_one_tree(
+        ds,
+        cfg,
+        cfg.block_model,
+        freqs.as_ref(),
+        seed,
+        progress,
+        name,
+    )
+    .map_err(|e| bp_err(format!("{name}: {}", e.for_tree(0))))
 }
 
 /// k-means initialisations per q over one data set (the one passed to every `get`), computed
@@ -259,46 +300,51 @@ fn subset(ds: &Dataset, rows: &[u32]) -> Dataset {
     }
 }
 
-/// Runs `tree`'s exact top-`k` search on every row of `x`; returns each row's labels, best first.
-fn top_labels(tree: &Arrays, x: &SparseMatrix, loss: Loss, k: usize) -> Vec<Vec<u32>> {
-    let limits = SearchLimits {
-        k,
-        beam: usize::MAX,
-        deadline: None,
-    };
-    let tree = tree.borrowed();
-    (0..x.rows())
+/// The share of `held`'s points whose best label by `best` (given a row's features and its
+/// dense copy) is one of the point's labels, and the mean classifier evaluations `best` reports.
+fn precision_at_1<S: Send>(
+    held: &Dataset,
+    scratch: impl Fn() -> S + Sync + Send,
+    best: impl Fn(&mut S, &[u32], &[f32], &[f32]) -> (Option<u32>, usize) + Sync + Send,
+) -> (f64, f64) {
+    let x = &held.features;
+    let (hits, evals) = (0..x.rows())
         .into_par_iter()
         .map_init(
-            || (SearchScratch::default(), vec![0f32; x.cols()]),
-            |(scratch, dense), i| {
+            || (scratch(), vec![0f32; x.cols()]),
+            |(s, dense), i| {
                 let (idx, val) = row_slices(x, i);
                 for (&j, &v) in idx.iter().zip(val) {
                     dense[j as usize] = v;
                 }
-                tree.early_stop_search(idx, val, dense, loss, &limits, scratch);
+                let (label, evals) = best(s, idx, val, dense);
                 for &j in idx {
                     dense[j as usize] = 0.0;
                 }
-                let mut c = scratch.candidates.clone();
-                c.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                c.into_iter().map(|c| c.0).collect()
+                let hit = label.is_some_and(|l| held.label_row(i).binary_search(&l).is_ok());
+                (usize::from(hit), evals)
             },
         )
-        .collect()
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let n = x.rows().max(1) as f64;
+    (hits as f64 / n, evals as f64 / n)
 }
 
-/// Chooses λ_bp by k-fold cross-validation (§3.3). Per fold, a flat one-vs-all model is trained
-/// on the other folds and ranks the held-out points' labels; per λ, the partition and router are
-/// trained on the other folds, each held-out point is routed, and its P@1 is that model's best
-/// label *within the routed block's label cluster*. The loss against the unrestricted P@1 is
-/// the precision the routing costs; the chosen λ is the largest whose loss stays within
-/// `bp_tolerance` on every fold. [`search_lambda`] tries λ from the largest down and stops at
-/// the first that passes, so only the λ values tried are reported.
-///
-/// The block models themselves are not retrained per fold (that would cost a full training per
-/// fold and λ): the cross-validation measures the labels BP removes from reach, which is what λ
-/// controls.
+/// The best of `(label, log-probability, depth)` candidates: highest score, then lowest id.
+fn best_candidate(cands: &[(u32, f32, u32)]) -> Option<u32> {
+    cands
+        .iter()
+        .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)))
+        .map(|c| c.0)
+}
+
+/// Chooses λ_bp by k-fold cross-validation (§3.3). Per fold, a model of the blocks' kind
+/// (`block_model`: a label tree or flat one-vs-all, over all labels) is trained on the other
+/// folds: the model without BP. Per λ, the whole BP model (partition, router and block models)
+/// is trained on the same folds, and both models predict the held-out points' top label with
+/// the model's default beam. The loss is the difference in P@1; the chosen λ is the largest
+/// whose loss stays within `bp_tolerance` on every fold. [`search_lambda`] tries λ from the
+/// largest down and stops at the first that passes, so only the λ values tried are reported.
 fn cross_validate(
     ds: &Dataset,
     cfg: &TrainConfig,
@@ -330,27 +376,25 @@ fn cross_validate(
             seed: derive_seed(seed, 1000 + f as u64),
             ..cfg.solver
         };
-        let flat = train_tree(
-            &tr,
-            &single_leaf(ds.n_labels()).map_err(bp_err)?,
-            &solver,
-            &|| {},
-        )
-        .map_err(|e| bp_err(format!("cross-validation fold {f}: {e}")))?;
-        let ranked = top_labels(&flat, &held.features, cfg.solver.loss, CV_TOP);
-        let p1_full = ranked
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| {
-                r.first()
-                    .is_some_and(|&l| held.label_row(*i).binary_search(&l).is_ok())
-            })
-            .count() as f64
-            / held_rows.len() as f64;
+        // The model without BP: the blocks' kind, over every label of the fold.
+        let name = format!("cross-validation fold {f}");
+        let model = train_kind(&tr, cfg, solver.seed, &Quiet, &name)?;
+        let tree = model.arrays.borrowed();
+        let limits = SearchLimits {
+            k: 1,
+            beam: cfg.beam,
+            deadline: None,
+        };
+        let (p1_full, _) = precision_at_1(&held, SearchScratch::default, |s, idx, val, dense| {
+            let stats = tree.early_stop_search(idx, val, dense, cfg.solver.loss, &limits, s);
+            (
+                best_candidate(&s.candidates),
+                stats.outputs_evaluated as usize,
+            )
+        });
         folds.push(CvFold {
             train_rows,
             held,
-            ranked,
             p1_full,
             solver,
             kmeans: KmeansCache::new(derive_seed(seed, 2000 + f as u64)),
@@ -403,28 +447,26 @@ fn cross_validate(
 }
 
 /// What one cross-validation fold keeps while λ_bp varies: its training rows, its held-out
-/// points, their best labels by the fold's flat model, that model's P@1, and the k-means
+/// points, the P@1 of the model without BP, the solver settings and the k-means
 /// initialisations of its training rows.
 struct CvFold {
     train_rows: Vec<u32>,
     held: Dataset,
-    ranked: Vec<Vec<u32>>,
     p1_full: f64,
     solver: SolverParams,
     kmeans: KmeansCache,
 }
 
-/// One (λ_bp, fold) score: q (0 when no partition exists), the held-out P@1 of the fold's flat
-/// model restricted to each point's routed block, and the classifiers that restriction
-/// evaluates per point.
+/// One (λ_bp, fold) score: q (0 when no partition exists), the held-out P@1 of the BP model
+/// trained on the fold, and the classifiers its search evaluates per point.
 struct FoldScore {
     q: usize,
     p1_bp: f64,
     evals_mean: f64,
 }
 
-/// Partitions the fold's training rows `tr` at `lambda`, trains the router, routes the held-out
-/// points and scores the best label of each routed block.
+/// Trains the BP model at `lambda` on the fold's training rows `tr` (partition, router, one
+/// model per block) and scores it on the fold's held-out points.
 fn score_fold(
     tr: &Dataset,
     fold: &mut CvFold,
@@ -439,26 +481,34 @@ fn score_fold(
         });
     };
     let router = train_router(&tr.features, &part.assign, part.q(), &fold.solver)?;
-    let held = &fold.held;
-    let routed = top_labels(&router, &held.features, cfg.solver.loss, 1);
-    let mut hits = 0usize;
-    let mut evals = 0usize;
-    for (i, r) in routed.iter().enumerate() {
-        let b = r.first().copied().unwrap_or(0) as usize;
-        let cluster = &part.clusters[b];
-        evals += part.q() + cluster.len();
-        if let Some(&l) = fold.ranked[i]
-            .iter()
-            .find(|l| cluster.binary_search(l).is_ok())
-        {
-            hits += usize::from(held.label_row(i).binary_search(&l).is_ok());
-        }
-    }
-    let n_held = held.n_points() as f64;
+    let blocks = train_blocks(tr, &part, cfg, fold.solver.seed, &Quiet)
+        .map_err(|e| bp_err(format!("cross-validation at bp_lambda = {lambda}: {e}")))?
+        .blocks;
+    let bp = BpArrays { router, blocks };
+    let limits = SearchLimits {
+        k: 1,
+        beam: cfg.beam,
+        deadline: None,
+    };
+    let query = BpQuery {
+        limits: &limits,
+        early_stop: true,
+        blocks: 1,
+        loss: cfg.solver.loss,
+    };
+    let scratch = || (BpScratch::default(), Vec::new(), Vec::new());
+    let (p1_bp, evals_mean) = precision_at_1(&fold.held, scratch, |s, idx, val, dense| {
+        let (scratch, cands, blocks) = s;
+        let stats = bp.search(idx, val, dense, &query, scratch, cands, blocks);
+        (
+            best_candidate(cands),
+            stats.search.outputs_evaluated as usize,
+        )
+    });
     Ok(FoldScore {
         q: part.q(),
-        p1_bp: hits as f64 / n_held,
-        evals_mean: evals as f64 / n_held,
+        p1_bp,
+        evals_mean,
     })
 }
 
