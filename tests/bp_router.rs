@@ -137,6 +137,57 @@ fn bad_bp_sections_are_refused_at_open() {
 }
 
 #[test]
+fn a_structural_open_leaves_bp_weight_entries_to_verify() {
+    let train = load("Corel5k", "train");
+    type Corrupt = fn(&mut Trained);
+    let corruptions: [Corrupt; 3] = [
+        // A router entry names a block the router does not have.
+        |t| {
+            let out = &mut t.bp.as_mut().unwrap().router.chunks.entry_out;
+            *out.last_mut().unwrap() = 1000;
+        },
+        // A block's entry names a label outside its cluster.
+        |t| {
+            let out = &mut t.bp.as_mut().unwrap().blocks[1].tree.chunks.entry_out;
+            out[0] = 100_000;
+        },
+        |t| {
+            let w = &mut t.bp.as_mut().unwrap().blocks[0].tree.chunks.entry_weight;
+            w.iter_mut().for_each(|w| *w = f32::NAN);
+        },
+    ];
+    for (c, corrupt) in corruptions.iter().enumerate() {
+        let mut t = train_with(&train, SMALL);
+        corrupt(&mut t);
+        let bytes = t.to_bytes().unwrap();
+        let err = Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap_err();
+        assert!(matches!(err, ModelError::Bp(_)), "corruption {c}: {err}");
+        let model = Model::from_bundle_structure(Bundle::from_bytes(&bytes).unwrap()).unwrap();
+        assert!(model.verify().is_err(), "corruption {c} passed verify()");
+        // Searching the unverified model gives at most wrong scores, never a panic.
+        for i in 0..50 {
+            let (idx, val) = train.feature_row(i);
+            for b in [1, 2] {
+                let opts = PredictOptions {
+                    k: 5,
+                    block_candidates: Some(b),
+                    ..PredictOptions::default()
+                };
+                assert!(model.predict(idx, val, &opts).unwrap().labels.len() <= 5);
+            }
+        }
+    }
+    // Structural defects are refused by both opens, and an intact model passes verify().
+    let mut bad = train_with(&train, SMALL);
+    bad.bp.as_mut().unwrap().blocks[1].labels.reverse();
+    let bytes = bad.to_bytes().unwrap();
+    assert!(Model::from_bundle_structure(Bundle::from_bytes(&bytes).unwrap()).is_err());
+    let good = train_with(&train, SMALL).to_bytes().unwrap();
+    let quick = Model::from_bundle_structure(Bundle::from_bytes(&good).unwrap()).unwrap();
+    quick.verify().unwrap();
+}
+
+#[test]
 fn a_lambda_that_empties_every_cluster_is_a_clear_error() {
     let train = load("Corel5k", "train");
     let cfg = TrainConfig::load(

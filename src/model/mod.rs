@@ -219,8 +219,14 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
     })
 }
 
-/// The BP sections described by `bp`, validated.
-fn load_bp(bundle: &Bundle, meta: &ModelMeta, bp: &BpMeta) -> Result<MappedBp, ModelError> {
+/// The BP sections described by `bp`, validated: in full when `deep`, else their structure
+/// (O(nodes + outputs), as for the trees).
+fn load_bp(
+    bundle: &Bundle,
+    meta: &ModelMeta,
+    bp: &BpMeta,
+    deep: bool,
+) -> Result<MappedBp, ModelError> {
     let mut blocks = Vec::with_capacity(bp.q);
     for b in 0..bp.q {
         blocks.push(BlockArrays {
@@ -232,7 +238,11 @@ fn load_bp(bundle: &Bundle, meta: &ModelMeta, bp: &BpMeta) -> Result<MappedBp, M
         router: load_tree(bundle, ROUTER_PREFIX)?,
         blocks,
     };
-    arrays.validate(meta.n_labels, meta.n_features)?;
+    if deep {
+        arrays.validate(meta.n_labels, meta.n_features)?;
+    } else {
+        arrays.validate_structure(meta.n_labels)?;
+    }
     Ok(arrays)
 }
 
@@ -280,6 +290,9 @@ impl Model {
             tree.validate(self.meta.n_labels, d)
                 .map_err(|source| ModelError::Tree { tree: t, source })?;
         }
+        if let Some(bp) = &self.bp {
+            bp.validate(self.meta.n_labels, self.meta.n_features)?;
+        }
         self.label_names.read(&self.bundle)?;
         self.feature_names.read(&self.bundle)?;
         Ok(())
@@ -290,15 +303,14 @@ impl Model {
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
         let bp = match &meta.bp {
-            Some(bp) => Some(load_bp(&bundle, &meta, bp)?),
+            Some(bp) => Some(load_bp(&bundle, &meta, bp, deep)?),
             None => None,
         };
         let mut defrag = Vec::new();
         let dp = &meta.config.defrag;
         for t in 0..meta.trees {
             if bp.is_some() {
-                // A BP model's one member is its router and blocks (validated in full by
-                // `load_bp`).
+                // A BP model's one member is its router and blocks (validated by `load_bp`).
                 break;
             }
             let mut tree_features = meta.n_features;

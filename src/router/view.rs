@@ -98,15 +98,29 @@ where
         self.blocks.len()
     }
 
-    /// Checks the router and every block against `n_labels` labels and `n_features` features.
+    /// Checks the router and every block against `n_labels` labels and `n_features` features,
+    /// every weight entry included.
     pub fn validate(&self, n_labels: usize, n_features: usize) -> Result<(), BpViewError> {
+        self.check(n_labels, Some(n_features))
+    }
+
+    /// [`BpArrays::validate`] without the O(weights) checks of the router's and blocks' chunk
+    /// entries ([`TreeArrays::validate_structure`]): O(nodes + outputs + cluster labels). A search
+    /// of such arrays cannot panic or loop; a corrupt weight entry can only give wrong scores.
+    pub fn validate_structure(&self, n_labels: usize) -> Result<(), BpViewError> {
+        self.check(n_labels, None)
+    }
+
+    fn check(&self, n_labels: usize, n_features: Option<usize>) -> Result<(), BpViewError> {
+        let tree_check = |tree: &TreeArrays<U, F>, n_outputs: usize| match n_features {
+            Some(d) => tree.validate(n_outputs, d),
+            None => tree.validate_structure(n_outputs),
+        };
         let q = self.q();
         if q == 0 {
             return Err(BpViewError::RouterShape("there are no blocks".into()));
         }
-        self.router
-            .validate(q, n_features)
-            .map_err(BpViewError::Router)?;
+        tree_check(&self.router, q).map_err(BpViewError::Router)?;
         if self.router.n_nodes() != 1
             || !self.router.is_leaf(0)
             || self.router.outputs(0).len() != q
@@ -136,9 +150,7 @@ where
                     what: "label ids are not strictly increasing".into(),
                 });
             }
-            block
-                .tree
-                .validate(labels.len(), n_features)
+            tree_check(&block.tree, labels.len())
                 .map_err(|source| BpViewError::Block { block: b, source })?;
         }
         Ok(())
