@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tower::ServiceExt;
 use xmc::config::TrainConfig;
 use xmc::data;
-use xmc::serve::{AppState, ServeConfig, app};
+use xmc::serve::{AppState, LoadChecks, ServeConfig, app};
 use xmc::train::{self, Quiet, TrainInputs};
 
 /// Trains a small model on vendored Corel5k (499 features, 374 labels) and writes it to `path`.
@@ -502,6 +502,59 @@ async fn a_corrupt_bundle_keeps_the_old_model_and_is_reported() {
     assert!(xmc::serve::reload_now(&state).await.is_err());
     let (s, _) = call(&state, "GET", "/readyz", None).await;
     assert_eq!(s, StatusCode::OK);
+}
+
+/// A bundle whose checksums match its bytes but whose weights are NaN: what a buggy writer
+/// (not a damaged file) would produce.
+fn write_nan_model(path: &Path) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
+    let mut ds = data::read_xc_file(&dir).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let cfg = TrainConfig::load(None, &["max_leaf=60".to_string()]).unwrap();
+    let mut t = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
+    for tree in &mut t.trees {
+        tree.chunks
+            .entry_weight
+            .iter_mut()
+            .for_each(|w| *w = f32::NAN);
+    }
+    t.write(path).unwrap();
+    t.meta.version.clone()
+}
+
+#[tokio::test]
+async fn load_checks_full_refuses_what_checksums_let_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xmcb");
+    let version = write_nan_model(&path);
+    let mut cfg = config(path.clone(), None);
+    cfg.load_checks = LoadChecks::Full;
+    let state = AppState::new(cfg).unwrap();
+    let err = xmc::serve::reload_now(&state).await.unwrap_err();
+    assert!(err.to_string().contains("weight"), "{err}");
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[1, 1.0]]}"#.into()),
+    )
+    .await;
+    assert_error(s, &v, StatusCode::SERVICE_UNAVAILABLE);
+
+    // The default checks every checksum and the structure: the file is what was written, and
+    // the server answers from it (wrong scores, never a panic).
+    let state = AppState::new(config(path, None)).unwrap();
+    assert_eq!(state.cfg.load_checks, LoadChecks::Checksums);
+    xmc::serve::reload_now(&state).await.unwrap();
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(r#"{"features": [[1, 1.0]], "k": 5}"#.into()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["model"]["version"], version);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

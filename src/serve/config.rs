@@ -54,6 +54,18 @@ pub enum SinglePredict {
     Pool,
 }
 
+/// What a model load checks before the model is published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadChecks {
+    /// Every section's checksum and the model's structure (lengths, offsets, tree topology,
+    /// label ids, hash table sizes): the file is byte for byte what its writer wrote, and no
+    /// query can make the search panic or loop. O(file) reading, O(nodes + labels) checking.
+    Checksums,
+    /// That, and every weight entry, hash slot and name section
+    /// ([`crate::model::Model::from_bundle`]): one more pass over the weights.
+    Full,
+}
+
 /// Everything `xmc serve` can be told.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeConfig {
@@ -96,6 +108,8 @@ pub struct ServeConfig {
     /// counts as idle when a request thread wakes; `load_nice` applies when this is off or
     /// refused. Under a load that keeps every core busy, a swap then waits for idle time.
     pub load_idle: bool,
+    /// What a load checks before it publishes (`checksums` or `full`).
+    pub load_checks: LoadChecks,
 }
 
 impl ServeConfig {
@@ -119,6 +133,7 @@ impl ServeConfig {
             log_format: LogFormat::Text,
             load_nice: 10,
             load_idle: true,
+            load_checks: LoadChecks::Checksums,
         }
     }
 
@@ -142,6 +157,7 @@ impl ServeConfig {
         "log_format",
         "load_nice",
         "load_idle",
+        "load_checks",
     ];
 
     /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
@@ -231,6 +247,13 @@ impl ServeConfig {
                     other => return Err(bad(format!("`{other}` is not `true` or `false`"))),
                 }
             }
+            "load_checks" => {
+                self.load_checks = match value {
+                    "checksums" => LoadChecks::Checksums,
+                    "full" => LoadChecks::Full,
+                    other => return Err(bad(format!("`{other}` is not `checksums` or `full`"))),
+                }
+            }
             "single_predict" => {
                 self.single_predict = match value {
                     "inline" => SinglePredict::Inline,
@@ -317,6 +340,17 @@ mod tests {
         );
         let err = ServeConfig::load(None, &[], &[("bind", "nowhere".into())]).unwrap_err();
         assert!(err.to_string().contains("bind"), "{err}");
+    }
+
+    #[test]
+    fn load_checks_are_checksums_by_default_or_full() {
+        let cfg = ServeConfig::load(None, &[], &[]).unwrap();
+        assert_eq!(cfg.load_checks, LoadChecks::Checksums);
+        let env = vec![("XMC_LOAD_CHECKS".to_string(), "full".to_string())];
+        let cfg = ServeConfig::load(None, &env, &[]).unwrap();
+        assert_eq!(cfg.load_checks, LoadChecks::Full);
+        let err = ServeConfig::load(None, &[], &[("load_checks", "some".into())]).unwrap_err();
+        assert!(err.to_string().contains("load_checks"), "{err}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod error;
 mod reload;
 mod routes;
 
-pub use config::{LogFormat, ServeConfig, ServeConfigError, SinglePredict};
+pub use config::{LoadChecks, LogFormat, ServeConfig, ServeConfigError, SinglePredict};
 pub use error::ApiError;
 pub use reload::{FileSig, Loaded, ReloadOutcome};
 

@@ -1,7 +1,8 @@
 //! Loading, validating, warming and publishing models; polling the model path.
 
 use super::AppState;
-use crate::bundle::OpenOptions;
+use super::LoadChecks;
+use crate::bundle::{Bundle, OpenOptions};
 use crate::model::{Model, PredictOptions, Prediction, Scratch};
 use std::path::Path;
 use std::sync::Arc;
@@ -77,17 +78,25 @@ struct LoadTimes {
     warm_ms: f64,
 }
 
-/// Opens, validates (checksums included), pre-faults and warms the bundle at `path`.
-fn open_and_warm(path: &Path) -> Result<(Model, LoadTimes), String> {
+/// Opens, validates (every checksum, and the structure or everything, as `checks` says),
+/// pre-faults and warms the bundle at `path`.
+fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), String> {
     let start = std::time::Instant::now();
-    let model = Model::open(
-        path,
-        &OpenOptions {
-            verify_checksums: true,
-            prefault: true,
-        },
-    )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let options = OpenOptions {
+        verify_checksums: true,
+        prefault: true,
+    };
+    let model = match checks {
+        LoadChecks::Full => Model::open(path, &options).map_err(|e| err(&e))?,
+        LoadChecks::Checksums => {
+            let bundle = Bundle::open(path, &options).map_err(|e| err(&e))?;
+            let model = Model::from_bundle_structure(bundle).map_err(|e| err(&e))?;
+            // Names parse on first use: here, not on the first request after the swap.
+            let _ = (model.label_names(), model.feature_names());
+            model
+        }
+    };
     let opened = std::time::Instant::now();
     // A few predictions touch the request path's code and the upper tree levels, so the first
     // real request after the swap is not the cold one.
@@ -256,7 +265,8 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
         nice,
         idle: state.cfg.load_idle,
     };
-    let opened = in_background(priority, move || open_and_warm(&p))
+    let checks = state.cfg.load_checks;
+    let opened = in_background(priority, move || open_and_warm(&p, checks))
         .await
         .and_then(|r| r);
     // The file may have changed while it was read; then the next poll loads it again.
