@@ -12,16 +12,21 @@ use tower::ServiceExt;
 use xmc::config::TrainConfig;
 use xmc::data;
 use xmc::serve::{AppState, LoadChecks, ServeConfig, app};
-use xmc::train::{self, Quiet, TrainInputs};
+use xmc::train::{self, Quiet, TrainInputs, Trained};
 
-/// Trains a small model on vendored Corel5k (499 features, 374 labels) and writes it to `path`.
-fn write_model(path: &Path, seed: u64) -> String {
+/// Trains a small model on vendored Corel5k (499 features, 374 labels).
+fn train_small(seed: u64) -> Trained {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
     let mut ds = data::read_xc_file(&dir).unwrap();
     data::l2_normalize_rows(&mut ds.features);
     let cfg =
         TrainConfig::load(None, &[format!("seed={seed}"), "max_leaf=60".to_string()]).unwrap();
-    let t = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
+    train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+}
+
+/// [`train_small`], written to `path`; returns the model's version.
+fn write_model(path: &Path, seed: u64) -> String {
+    let t = train_small(seed);
     t.write(path).unwrap();
     t.meta.version.clone()
 }
@@ -507,11 +512,7 @@ async fn a_corrupt_bundle_keeps_the_old_model_and_is_reported() {
 /// A bundle whose checksums match its bytes but whose weights are NaN: what a buggy writer
 /// (not a damaged file) would produce.
 fn write_nan_model(path: &Path) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
-    let mut ds = data::read_xc_file(&dir).unwrap();
-    data::l2_normalize_rows(&mut ds.features);
-    let cfg = TrainConfig::load(None, &["max_leaf=60".to_string()]).unwrap();
-    let mut t = train::train(&ds, &cfg, TrainInputs::default(), &Quiet).unwrap();
+    let mut t = train_small(0);
     for tree in &mut t.trees {
         tree.chunks
             .entry_weight
@@ -532,13 +533,7 @@ async fn load_checks_full_refuses_what_checksums_let_through() {
     let state = AppState::new(cfg).unwrap();
     let err = xmc::serve::reload_now(&state).await.unwrap_err();
     assert!(err.to_string().contains("weight"), "{err}");
-    let (s, v) = call(
-        &state,
-        "POST",
-        "/v1/predict",
-        Some(r#"{"features": [[1, 1.0]]}"#.into()),
-    )
-    .await;
+    let (s, v) = call(&state, "GET", "/readyz", None).await;
     assert_error(s, &v, StatusCode::SERVICE_UNAVAILABLE);
 
     // The default checks every checksum and the structure: the file is what was written, and
