@@ -79,7 +79,8 @@ pub struct CvReport {
     pub tolerance: f64,
     /// One entry per λ_bp tried, ascending. λ is tried from the grid's largest down until one
     /// passes every fold, so the entries are the chosen λ and those above it (all of the grid
-    /// when none passes).
+    /// when none passes; then a λ is scored on more folds only while it can still have the
+    /// smallest worst loss).
     pub grid: Vec<CvPoint>,
     /// The chosen λ_bp: the largest whose loss is within the tolerance on every fold (the
     /// intersection of the folds' intervals, §3.3), else the one with the smallest worst loss.
@@ -92,7 +93,8 @@ pub struct CvPoint {
     /// λ_bp.
     pub lambda: f64,
     /// Per fold scored, in fold order: q (0 when no partition exists). A λ stops at its first
-    /// fold out of tolerance, so it may have fewer entries than `folds` (unless none passes).
+    /// fold out of tolerance, so it may have fewer entries than `folds`; when no λ passes, the
+    /// chosen one has every fold.
     pub q: Vec<usize>,
     /// Per fold: held-out P@1 of the model without BP (of the blocks' kind, over all labels)
     /// trained on the other folds.

@@ -518,8 +518,9 @@ fn score_fold(
 ///
 /// It gives the answer of scoring every (λ, fold) pair, with fewer scores: λ values are tried
 /// from the largest down, the first to pass every fold is the answer, and a λ stops at its first
-/// fold out of tolerance. Only when no λ passes are the remaining pairs scored, since the worst
-/// loss of each λ is then needed. Each pair is scored at most once; errors end the search.
+/// fold out of tolerance. When no λ passes, the λ values are completed best-first, and one stops
+/// as soon as its worst loss so far cannot beat the best complete λ (branch and bound). Each
+/// pair is scored at most once; errors end the search.
 fn search_lambda<E>(
     n: usize,
     k: usize,
@@ -541,17 +542,32 @@ fn search_lambda<E>(
             return Ok(i);
         }
     }
-    let mut best = (0, f64::INFINITY);
-    for (i, row) in table.iter_mut().enumerate() {
-        for f in row.len()..k {
-            row.push(loss(i, f)?);
+    // No λ passes: the answer is the smallest worst loss (the smallest λ on a tie). The λ
+    // values are completed in order of the worst loss scored so far, and one is abandoned as
+    // soon as its worst cannot beat the best complete one: scoring more folds only raises it.
+    let worst_of = |row: &[f64]| row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let beats = |i: usize, w: f64, best: Option<(usize, f64)>| {
+        best.is_none_or(|(bi, bw)| w < bw || (w == bw && i < bi))
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| {
+        worst_of(&table[a])
+            .total_cmp(&worst_of(&table[b]))
+            .then(a.cmp(&b))
+    });
+    let mut best: Option<(usize, f64)> = None;
+    for i in order {
+        let mut worst = worst_of(&table[i]);
+        while beats(i, worst, best) && table[i].len() < k {
+            let l = loss(i, table[i].len())?;
+            table[i].push(l);
+            worst = worst.max(l);
         }
-        let worst = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if worst < best.1 {
-            best = (i, worst);
+        if beats(i, worst, best) {
+            best = Some((i, worst));
         }
     }
-    Ok(best.0)
+    Ok(best.map_or(0, |(i, _)| i))
 }
 
 #[cfg(test)]
@@ -602,7 +618,16 @@ mod tests {
                     prop_assert!(losses[i][..f].iter().all(|&l| l <= tolerance));
                 }
             } else {
-                prop_assert_eq!(scored.len(), n * k);
+                // The chosen λ was scored on every fold, and every other λ was either scored
+                // on every fold or stopped at a worst loss that could not beat the chosen one.
+                let w = losses[got].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                prop_assert!((0..k).all(|f| scored.contains(&(got, f))));
+                for i in (0..n).filter(|&i| i != got) {
+                    let seen: Vec<f64> =
+                        (0..k).filter(|&f| scored.contains(&(i, f))).map(|f| losses[i][f]).collect();
+                    let partial = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    prop_assert!(seen.len() == k || partial > w || (partial == w && i > got));
+                }
             }
         }
     }
