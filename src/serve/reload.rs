@@ -92,8 +92,9 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
         LoadChecks::Checksums => {
             let bundle = Bundle::open(path, &options).map_err(|e| err(&e))?;
             let model = Model::from_bundle_structure(bundle).map_err(|e| err(&e))?;
-            // Names parse on first use: here, not on the first request after the swap.
-            let _ = (model.label_names(), model.feature_names());
+            // Label names parse on first use: here, not on the first request after the swap.
+            // (No request uses feature names.)
+            let _ = model.label_names();
             model
         }
     };
