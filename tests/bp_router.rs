@@ -222,13 +222,7 @@ fn cross_validation_records_its_fold_scores() {
         assert_eq!(p.q.len(), scored);
         assert!(!p.within || scored == 2, "{p:?}");
         // `within` is the tolerance test on every fold's loss.
-        let worst = p
-            .p1_full
-            .iter()
-            .zip(&p.p1_bp)
-            .map(|(a, b)| a - b)
-            .fold(f64::NEG_INFINITY, f64::max);
-        assert_eq!(p.within, worst <= cv.tolerance);
+        assert_eq!(p.within, p.worst_loss() <= cv.tolerance);
     }
     // The chosen λ is the largest within tolerance when one is, and λ is tried from the largest
     // down, so nothing below it was scored.

@@ -6,6 +6,7 @@ use crate::config::TrainConfig;
 use crate::data::{self, Dataset};
 use crate::model::evaluate::evaluate_model;
 use crate::model::{Model, PredictOptions};
+use crate::router::CvPoint;
 use crate::train::{self, Progress, Quiet, TrainInputs};
 use anyhow::Context;
 use clap::Args;
@@ -110,14 +111,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 .grid
                 .iter()
                 .find(|p| p.lambda == cv.chosen)
-                .map(|p| {
-                    p.p1_full
-                        .iter()
-                        .zip(&p.p1_bp)
-                        .map(|(f, b)| f - b)
-                        .fold(f64::NEG_INFINITY, f64::max)
-                })
-                .unwrap_or(f64::NAN);
+                .map_or(f64::NAN, CvPoint::worst_loss);
             eprintln!(
                 "warning: no bp_lambda kept the cross-validated P@1 loss within bp_tolerance = {:.4} \
                  on every fold; chose bp_lambda = {}, whose worst fold lost {:.4}",

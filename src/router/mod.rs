@@ -108,3 +108,15 @@ pub struct CvPoint {
     /// Whether the loss is within the tolerance on every fold.
     pub within: bool,
 }
+
+impl CvPoint {
+    /// The largest P@1 loss (the model without BP's P@1 less the BP model's) over the folds
+    /// scored; −∞ when none was.
+    pub fn worst_loss(&self) -> f64 {
+        self.p1_full
+            .iter()
+            .zip(&self.p1_bp)
+            .map(|(full, bp)| full - bp)
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
