@@ -6,11 +6,13 @@
 //!
 //! 1. per-query latency of `Model::predict_into` (k = 5, the model's beam) over the test split, one
 //!    query at a time on this thread: mean, p50, p99, max, in µs;
-//! 2. the two ways of scoring a node's chunk against a query, on the same (query, node) pairs:
-//!    `score_scan` (walk the chunk, look each feature up in a dense copy of the query) and
+//! 2. the ways of scoring a node's chunk against a query, on the same (query, node) pairs:
+//!    `score_scan` (walk the chunk, look each feature up in a dense copy of the query),
 //!    `score_search` (merge the sorted query into the chunk with binary searches), `score_hash`
-//!    (look each query feature up in the node's hash table), and the adaptive `score` the
-//!    predictor uses (scan for small chunks, hash otherwise), in ns per node.
+//!    (look each query feature up in the node's hash table), `score_rank` (look it up in the
+//!    node's rank index), and the adaptive `score` the predictor uses (scan for small chunks,
+//!    else the node's index), in ns per node. Hash and rank run on copies of the tree's chunks
+//!    rebuilt with every node on that index, so both see every sampled node.
 //!
 //! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
 
@@ -21,6 +23,7 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions, Prediction, Scratch};
 use xmc::train::{self, Quiet, TrainInputs};
+use xmc::tree::chunk::IndexChoice;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let n = sorted.len();
@@ -107,6 +110,9 @@ fn main() -> anyhow::Result<()> {
             (idx.to_vec(), val.to_vec())
         })
         .collect();
+    let n_outputs: Vec<usize> = (0..n_nodes).map(|i| arrays.outputs(i).len()).collect();
+    let all_hash = arrays.chunks.rebuilt(&n_outputs, IndexChoice::Hash)?;
+    let all_rank = arrays.chunks.rebuilt(&n_outputs, IndexChoice::Rank)?;
     let mut dense = vec![0f32; model.meta().n_features];
     let mut acc = vec![0f32; 1 << 12];
     let mut sink = 0f32;
@@ -124,7 +130,8 @@ fn main() -> anyhow::Result<()> {
                 match mode {
                     0 => arrays.chunks.score_scan(node, &dense, a),
                     1 => arrays.chunks.score_search(node, idx, val, a),
-                    2 => arrays.chunks.score_hash(node, idx, val, a),
+                    2 => all_hash.score_hash(node, idx, val, a),
+                    3 => all_rank.score_rank(node, idx, val, a),
                     _ => arrays.chunks.score(node, idx, val, &dense, a),
                 }
                 sink += a.first().copied().unwrap_or(0.0);
@@ -136,14 +143,15 @@ fn main() -> anyhow::Result<()> {
         }
         start.elapsed().as_secs_f64() * 1e9 / pairs as f64
     };
-    let (scan, search, hash, adaptive) = (run(0), run(1), run(2), run(3));
+    let (scan, search, hash, rank, adaptive) = (run(0), run(1), run(2), run(3), run(4));
     println!(
-        "chunk scoring over {} queries x {} nodes: scan {:.0} ns/node, binary search {:.0} ns/node, hash {:.0} ns/node, adaptive (scan or hash) {:.0} ns/node (checksum {sink:.3})",
+        "chunk scoring over {} queries x {} nodes: scan {:.0} ns/node, binary search {:.0} ns/node, hash {:.0} ns/node, rank {:.0} ns/node, adaptive (scan or the node's index) {:.0} ns/node (checksum {sink:.3})",
         queries.len(),
         sample.len(),
         scan,
         search,
         hash,
+        rank,
         adaptive
     );
     Ok(())

@@ -12,6 +12,7 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
 use xmc::train::{self, Quiet, TrainInputs, Trained};
+use xmc::tree::chunk::IndexChoice;
 
 #[test]
 fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
@@ -271,9 +272,10 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
         .chain([((0..d).collect(), vec![1.0; d as usize])])
         .collect();
     // Corruptions a structural open does not look at: output indexes and entry offsets out of
-    // range, hash tables with no free slot (a probe for a missing feature must still end),
-    // non-finite weights, and a name section that does not parse.
-    let corruptions: [fn(&mut Trained); 5] = [
+    // range, hash tables with no free slot (a probe for a missing feature must still end), rank
+    // blocks whose counts point past their node's features or at the wrong ones, non-finite
+    // weights, and a name section that does not parse.
+    let corruptions: [fn(&mut Trained); 7] = [
         |t| {
             t.trees[0]
                 .chunks
@@ -287,8 +289,24 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
             s[1..n - 1].iter_mut().for_each(|x| *x = u32::MAX);
         },
         |t| {
-            let h = &mut t.trees[0].chunks.hash;
+            // Corel5k's few features put every node on a rank index: rebuild on hash tables.
+            let tree = &mut t.trees[0];
+            let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
+            tree.chunks = tree.chunks.rebuilt(&outs, IndexChoice::Hash).unwrap();
+            let h = &mut tree.chunks.hash;
+            assert!(!h.is_empty());
             h.chunks_exact_mut(2).for_each(|s| s[0] = u32::MAX - 1);
+        },
+        |t| {
+            let r = &mut t.trees[0].chunks.rank;
+            assert!(!r.is_empty());
+            r.chunks_exact_mut(4)
+                .for_each(|b| b.copy_from_slice(&[u32::MAX - 40, !0, !0, !0]));
+        },
+        |t| {
+            let r = &mut t.trees[0].chunks.rank;
+            r.chunks_exact_mut(4)
+                .for_each(|b| b.copy_from_slice(&[0, !0, !0, !0]));
         },
         |t| {
             t.trees[0]
@@ -299,9 +317,10 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
         },
         |t| t.label_names = Some(vec!["only one".into()]),
     ];
+
     for (c, corrupt) in corruptions.iter().enumerate() {
         let mut t = train_with(&ds, &["max_leaf=50"]);
-        if c == 4 {
+        if c == 6 {
             t.meta.has_label_names = true;
         }
         corrupt(&mut t);
@@ -323,7 +342,7 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
                 assert!(p.labels.len() <= 10);
             }
         }
-        if c == 4 {
+        if c == 6 {
             assert!(model.label_names().is_none());
         }
     }

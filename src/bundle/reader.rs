@@ -248,6 +248,16 @@ impl Bundle {
         self.typed(name, Dtype::U32)
     }
 
+    /// The `u32` section called `name`, or an empty one when the bundle has no such section (for
+    /// sections that later versions added). A section of that name with another dtype is still
+    /// refused.
+    pub fn u32s_or_empty(&self, name: &str) -> Result<Section<u32>, FormatError> {
+        if self.section(name).is_none() {
+            return Ok(Section::new(Arc::clone(&self.backing), 0..0));
+        }
+        self.u32s(name)
+    }
+
     /// The `u64` section called `name`, zero-copy.
     pub fn u64s(&self, name: &str) -> Result<Section<u64>, FormatError> {
         self.typed(name, Dtype::U64)

@@ -215,6 +215,9 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             entry_weight: f("chunk.entry_weight")?,
             hash_start: u("chunk.hash_start")?,
             hash: u("chunk.hash")?,
+            // Absent from bundles written before the rank index: read as empty.
+            rank_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank_start"))?,
+            rank: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank"))?,
         },
     })
 }

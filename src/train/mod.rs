@@ -535,6 +535,8 @@ fn add_tree<'a>(
     w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
     w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
     w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
+    w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
+    w.add_u32(&s("chunk.rank"), &a.chunks.rank)?;
     Ok(())
 }
 
