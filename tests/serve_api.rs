@@ -211,6 +211,67 @@ async fn predict_returns_k_labels_with_stats_and_version() {
     assert_eq!(v["labels"].as_array().unwrap().len(), 5);
 }
 
+/// Label names come back when the model has them, scores are the model's `f32`s exactly, and
+/// the rendered bodies are JSON, single and batch alike.
+#[tokio::test]
+async fn answers_carry_names_and_the_exact_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xmcb");
+    let mut t = train_small(1);
+    t.label_names = Some((0..t.meta.n_labels).map(|l| format!("label-{l}")).collect());
+    t.meta.has_label_names = true;
+    t.write(&path).unwrap();
+    let state = AppState::new(config(path.clone(), None)).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    let model = xmc::model::Model::open(&path, &xmc::bundle::OpenOptions::default()).unwrap();
+    let want = model
+        .predict(
+            &[3, 17],
+            &[1.0, 0.5],
+            &xmc::model::PredictOptions::default(),
+        )
+        .unwrap();
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/predict")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"features": [[3, 1.0], [17, 0.5]]}"#))
+        .unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let (s, v) = call(
+        &state,
+        "POST",
+        "/v1/predict/batch",
+        Some(r#"{"instances": [{"features": [[3, 1.0], [17, 0.5]]}]}"#.into()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let single: Value = serde_json::from_slice(&bytes).unwrap();
+    for v in [&single, &v["predictions"][0]] {
+        let labels: Vec<u64> = v["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_u64().unwrap())
+            .collect();
+        let got: Vec<u64> = want.labels.iter().map(|l| u64::from(l.0)).collect();
+        assert_eq!(labels, got, "{v}");
+        let names: Vec<String> = labels.iter().map(|l| format!("label-{l}")).collect();
+        assert_eq!(v["names"], json!(names), "{v}");
+        let scores: Vec<f64> = v["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let exact: Vec<f64> = want.scores.iter().map(|&x| f64::from(x)).collect();
+        assert_eq!(scores, exact, "{v}");
+    }
+    assert_eq!(v["model"]["name"], model.meta().name.as_str());
+}
+
 #[tokio::test]
 async fn batch_predicts_every_instance() {
     let (_dir, state, version) = loaded_state(None).await;

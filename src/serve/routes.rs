@@ -10,7 +10,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rayon::prelude::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -175,47 +175,107 @@ thread_local! {
     static SCRATCH: RefCell<(Scratch, Prediction)> = RefCell::new(Default::default());
 }
 
+/// The model that served a response.
+#[derive(Serialize)]
+struct ModelRef<'a> {
+    name: &'a str,
+    version: &'a str,
+}
+
+/// A prediction's JSON, serialized straight from the prediction (no intermediate `Value`).
+#[derive(Serialize)]
+struct PredictionBody<'a> {
+    #[serde(serialize_with = "label_ids")]
+    labels: &'a [crate::data::LabelId],
+    /// Written as `f64`s, exactly the stored `f32`s.
+    #[serde(serialize_with = "widened")]
+    scores: &'a [f32],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    names: Option<LabelNames<'a>>,
+    model: ModelRef<'a>,
+    stats: Stats<'a>,
+}
+
+/// Per-request statistics (`stats` in the API).
+#[derive(Serialize)]
+struct Stats<'a> {
+    depth: u32,
+    depths: &'a [u32],
+    nodes_evaluated: u32,
+    block: Option<u32>,
+    blocks: &'a [u32],
+    classifiers_evaluated: u32,
+    early_stopped: bool,
+    beam_capped: bool,
+    deadline_hit: bool,
+    elapsed_us: f64,
+}
+
+/// The names of `labels`, looked up as they are written.
+struct LabelNames<'a> {
+    names: &'a crate::model::Names,
+    labels: &'a [crate::data::LabelId],
+}
+
+impl Serialize for LabelNames<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.labels
+                .iter()
+                .map(|l| self.names.get(l.0 as usize).unwrap_or("")),
+        )
+    }
+}
+
+fn label_ids<S: Serializer>(labels: &&[crate::data::LabelId], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(labels.iter().map(|l| l.0))
+}
+
+fn widened<S: Serializer>(scores: &&[f32], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(scores.iter().map(|&x| f64::from(x)))
+}
+
 /// Runs one prediction with this thread's scratch space and renders its JSON.
 fn predict_one(
     loaded: &Loaded,
     idx: &[u32],
     val: &[f32],
     opts: &PredictOptions,
-) -> Result<Value, ApiError> {
+) -> Result<Vec<u8>, ApiError> {
     let start = Instant::now();
     let model = &loaded.model;
-    let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<Value, ApiError> {
+    let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<Vec<u8>, ApiError> {
         model
             .predict_into(idx, val, opts, scratch, out)
             .map_err(|e: QueryError| ApiError::Invalid(e.to_string()))?;
         metrics::histogram!("xmc_predict_depth").record(f64::from(out.depth));
         metrics::histogram!("xmc_predict_nodes_evaluated").record(f64::from(out.nodes_evaluated));
-        let labels: Vec<u32> = out.labels.iter().map(|l| l.0).collect();
-        let mut body = json!({
-            "labels": labels,
-            "scores": out.scores,
-            "model": {"name": model.meta().name, "version": model.meta().version},
-            "stats": {
-                "depth": out.depth,
-                "depths": out.depths,
-                "nodes_evaluated": out.nodes_evaluated,
-                "block": out.blocks.first().map_or(Value::Null, |&b| json!(b)),
-                "blocks": out.blocks,
-                "classifiers_evaluated": out.outputs_evaluated,
-                "early_stopped": out.early_stopped,
-                "beam_capped": out.beam_capped,
-                "deadline_hit": out.deadline_hit,
-                "elapsed_us": start.elapsed().as_secs_f64() * 1e6,
+        let meta = model.meta();
+        let body = PredictionBody {
+            labels: &out.labels,
+            scores: &out.scores,
+            names: model.label_names().map(|names| LabelNames {
+                names,
+                labels: &out.labels,
+            }),
+            model: ModelRef {
+                name: &meta.name,
+                version: &meta.version,
             },
-        });
-        if let Some(names) = model.label_names() {
-            let n: Vec<&str> = labels
-                .iter()
-                .map(|&l| names.get(l as usize).unwrap_or(""))
-                .collect();
-            body["names"] = json!(n);
-        }
-        Ok(body)
+            stats: Stats {
+                depth: out.depth,
+                depths: &out.depths,
+                nodes_evaluated: out.nodes_evaluated,
+                block: out.blocks.first().copied(),
+                blocks: &out.blocks,
+                classifiers_evaluated: out.outputs_evaluated,
+                early_stopped: out.early_stopped,
+                beam_capped: out.beam_capped,
+                deadline_hit: out.deadline_hit,
+                elapsed_us: start.elapsed().as_secs_f64() * 1e6,
+            },
+        };
+        serde_json::to_vec(&body).map_err(|e| ApiError::Internal(e.to_string()))
     };
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
@@ -226,18 +286,23 @@ fn predict_one(
     })
 }
 
+/// A response of JSON bytes already rendered.
+fn json_bytes(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 /// `POST /v1/predict`. By default it runs inline on the async worker: a prediction takes tens of
 /// microseconds, and a hand-off to the pool costs more than it saves (`single_predict`; the
 /// figures are in ARCHITECTURE.md).
 pub async fn predict(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
     let loaded = current(&state)?;
     let (idx, val, opts) = prepare(&state, &req)?;
     match state.cfg.single_predict {
-        SinglePredict::Inline => predict_one(&loaded, &idx, &val, &opts).map(Json),
+        SinglePredict::Inline => predict_one(&loaded, &idx, &val, &opts).map(json_bytes),
         SinglePredict::Pool => {
             let (tx, rx) = tokio::sync::oneshot::channel();
             state.pool.spawn(move || {
@@ -245,7 +310,7 @@ pub async fn predict(
             });
             rx.await
                 .map_err(|_| ApiError::Internal("the prediction pool dropped a request".into()))?
-                .map(Json)
+                .map(json_bytes)
         }
     }
 }
@@ -254,7 +319,7 @@ pub async fn predict(
 pub async fn predict_batch(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: BatchRequest = parse(body, state.cfg.body_limit_bytes)?;
     if req.instances.len() > state.cfg.max_batch {
         return Err(ApiError::Invalid(format!(
@@ -278,7 +343,7 @@ pub async fn predict_batch(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let l = loaded.clone();
     state.pool.spawn(move || {
-        let out: Vec<Result<Value, ApiError>> = prepared
+        let out: Vec<Result<Vec<u8>, ApiError>> = prepared
             .par_iter()
             .map(|(idx, val, opts)| predict_one(&l, idx, val, opts))
             .collect();
@@ -287,18 +352,30 @@ pub async fn predict_batch(
     let results = rx
         .await
         .map_err(|_| ApiError::Internal("the prediction pool dropped a batch".into()))?;
-    let mut predictions = Vec::with_capacity(results.len());
+    // `{"predictions":[…],"model":{…}}`, spliced from the rendered predictions.
+    let mut body = b"{\"predictions\":[".to_vec();
     for (i, r) in results.into_iter().enumerate() {
-        predictions.push(r.map_err(|e| match e {
+        let one = r.map_err(|e| match e {
             ApiError::Invalid(m) => ApiError::Invalid(format!("instance {i}: {m}")),
             other => other,
-        })?);
+        })?;
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&one);
     }
+    body.extend_from_slice(b"],\"model\":");
     let meta = loaded.model.meta();
-    Ok(Json(json!({
-        "predictions": predictions,
-        "model": {"name": meta.name, "version": meta.version},
-    })))
+    serde_json::to_writer(
+        &mut body,
+        &ModelRef {
+            name: &meta.name,
+            version: &meta.version,
+        },
+    )
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    body.push(b'}');
+    Ok(json_bytes(body))
 }
 
 /// `GET /v1/model`: the serving model's metadata and the reload status.
