@@ -57,6 +57,8 @@ pub struct MaxRateReport {
     pub steps: Vec<Step>,
     /// The highest passing rate (0: none).
     pub max_rate: f64,
+    /// The ceiling itself passed: the search stopped there, and the true max may be higher.
+    pub at_ceiling: bool,
     /// The run at half the max rate.
     pub half: Option<Step>,
 }
@@ -299,7 +301,16 @@ pub fn markdown(r: &Report) -> String {
                 la(st.loadavg)
             );
         }
-        let _ = writeln!(m, "\nMax rate: **{:.0} req/s**.", x.max_rate);
+        let _ = writeln!(
+            m,
+            "\nMax rate: **{:.0} req/s**{}.",
+            x.max_rate,
+            if x.at_ceiling {
+                " (the search's ceiling: the true max may be higher)"
+            } else {
+                ""
+            }
+        );
         if let Some(h) = &x.half {
             let _ = writeln!(
                 m,
@@ -317,10 +328,16 @@ pub fn markdown(r: &Report) -> String {
     {
         let _ = writeln!(
             m,
-            "`/v1/predict` max rate is {:.0}% of `/healthz`'s ({:.0} / {:.0} req/s).\n",
+            "`/v1/predict` max rate is {}{:.0}% of `/healthz`'s ({:.0} / {:.0} req/s{}).\n",
+            if h.at_ceiling { "at most " } else { "" },
             100.0 * p.max_rate / h.max_rate,
             p.max_rate,
-            h.max_rate
+            h.max_rate,
+            if h.at_ceiling {
+                "; `/healthz` reached the ceiling"
+            } else {
+                ""
+            }
         );
     }
     if let Some(h) = &r.hot_swap {

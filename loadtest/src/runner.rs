@@ -296,15 +296,22 @@ async fn attempt(
     false
 }
 
-/// Doubles from `start_rate` until a rate fails, then bisects `refine` times.
-async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64) {
+/// Doubles from `start_rate` until a rate fails, then bisects `refine` times. The last doubling
+/// is cut to the ceiling, so the ceiling itself is tried; the flag says it passed, in which case
+/// the true max rate may be higher.
+async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64, bool) {
     let mut steps = Vec::new();
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
+    let mut at_ceiling = false;
     let mut rate = mr.start_rate;
     while rate <= mr.ceiling && !ctx.cancel.is_cancelled() {
         if attempt(ctx, target, rate, mr, &mut steps).await {
             lo = rate;
-            rate *= 2.0;
+            if rate >= mr.ceiling {
+                at_ceiling = true;
+                break;
+            }
+            rate = (rate * 2.0).min(mr.ceiling);
         } else {
             hi = rate;
             break;
@@ -323,7 +330,7 @@ async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64) 
             }
         }
     }
-    (steps, lo)
+    (steps, lo, at_ceiling)
 }
 
 async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
@@ -345,13 +352,14 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
             } else {
                 predict_target(&srv.url, q)?
             };
-            let (steps, max) = find_max(ctx, &target, &mr).await;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await;
             let mut entry = MaxRateReport {
                 label: m.label.clone(),
                 endpoint: ep.clone(),
                 target_p99_ms: mr.target_p99_ms,
                 steps,
                 max_rate: max,
+                at_ceiling,
                 half: None,
             };
             if mr.half_s > 0.0 && max > 0.0 && !ctx.cancel.is_cancelled() {
@@ -442,13 +450,14 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 .server_for(Some(&link), None, "hot-swap-max-rate", &env)
                 .await?;
             let target = predict_target(&probe.url, q)?;
-            let (steps, max) = find_max(ctx, &target, mr).await;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, mr).await;
             rep.max_rate.push(MaxRateReport {
                 label: "hot-swap bundle A".into(),
                 endpoint: "predict".into(),
                 target_p99_ms: mr.target_p99_ms,
                 steps,
                 max_rate: max,
+                at_ceiling,
                 half: None,
             });
             anyhow::ensure!(max > 0.0, "no rate passed the max-rate criteria");

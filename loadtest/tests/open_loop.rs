@@ -256,3 +256,44 @@ fn ctrl_c_writes_a_partial_report() {
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("Partial report"));
 }
+
+/// The max-rate search tries its ceiling itself, and says so when the ceiling passes: the max
+/// it reports is then a lower bound.
+#[test]
+fn max_rate_search_stops_at_the_ceiling_and_says_so() {
+    let base = mock_server(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = repo().join("tests/data/Bibtex/test.txt.gz");
+    let out = dir.path().join("out");
+    let text = format!(
+        "kind = \"max-rate\"\n[data]\ntest = {data:?}\nlimit = 50\n[load]\n\
+         arrivals = \"constant\"\nduration_s = 1\nwarmup_s = 0\n[[models]]\nlabel = \"mock\"\nurl = \"{base}\"\n\
+         [max_rate]\ntarget_p99_ms = 1000\nstart_rate = 50\nceiling = 150\nrefine = 1\n\
+         endpoints = [\"healthz\"]\nhalf_s = 0\n"
+    );
+    let p = scenario_file(dir.path(), &text);
+    let status = Command::new(env!("CARGO_BIN_EXE_xmc-loadtest"))
+        .arg(&p)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run");
+    assert!(status.success());
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("json");
+    let search = &json["max_rate"][0];
+    let rates: Vec<f64> = search["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["rate"].as_f64().expect("rate"))
+        .collect();
+    assert_eq!(rates, vec![50.0, 100.0, 150.0], "{search}");
+    assert_eq!(search["max_rate"], 150.0);
+    assert_eq!(search["at_ceiling"], true);
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(md.contains("the true max may be higher"), "{md}");
+}
