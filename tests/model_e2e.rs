@@ -359,3 +359,39 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
         );
     }
 }
+
+/// `models/default.xmcb` is what `config/default.toml`'s documented command trains: the same
+/// content version (a hash of every section but the creation time). A change to the trainer or
+/// the bundle layout must come with the model retrained.
+#[test]
+fn the_shipped_default_model_is_what_its_command_trains() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("default.xmcb");
+    let out = xmc(&[
+        "train",
+        "--quiet",
+        "--config",
+        root.join("config/default.toml").to_str().unwrap(),
+        "--train",
+        root.join("tests/data/Bibtex/train.txt.gz")
+            .to_str()
+            .unwrap(),
+        "--test",
+        root.join("tests/data/Bibtex/test.txt.gz").to_str().unwrap(),
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trained = Model::open(&out_path, &OpenOptions::default()).unwrap();
+    let shipped = Model::open(&root.join("models/default.xmcb"), &OpenOptions::default()).unwrap();
+    assert_eq!(
+        trained.meta().version,
+        shipped.meta().version,
+        "retrain models/default.xmcb with the command in config/default.toml"
+    );
+}
