@@ -113,10 +113,16 @@ impl CvPoint {
     /// The largest P@1 loss (the model without BP's P@1 less the BP model's) over the folds
     /// scored; −∞ when none was.
     pub fn worst_loss(&self) -> f64 {
-        self.p1_full
-            .iter()
-            .zip(&self.p1_bp)
-            .map(|(full, bp)| full - bp)
-            .fold(f64::NEG_INFINITY, f64::max)
+        worst(
+            self.p1_full
+                .iter()
+                .zip(&self.p1_bp)
+                .map(|(full, bp)| full - bp),
+        )
     }
+}
+
+/// The largest of `losses`; −∞ when there are none.
+pub(crate) fn worst(losses: impl IntoIterator<Item = f64>) -> f64 {
+    losses.into_iter().fold(f64::NEG_INFINITY, f64::max)
 }

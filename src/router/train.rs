@@ -3,7 +3,7 @@
 
 use super::partition::{self, Partition};
 use super::view::{BlockArrays, BpArrays, BpQuery, BpScratch};
-use super::{BpMeta, CvPoint, CvReport, QTry};
+use super::{BpMeta, CvPoint, CvReport, QTry, worst};
 use crate::cluster::derive_seed;
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, SparseMatrix, row_slices};
@@ -545,7 +545,7 @@ fn search_lambda<E>(
     // No λ passes: the answer is the smallest worst loss (the smallest λ on a tie). The λ
     // values are completed in order of the worst loss scored so far, and one is abandoned as
     // soon as its worst cannot beat the best complete one: scoring more folds only raises it.
-    let worst_of = |row: &[f64]| row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let worst_of = |row: &[f64]| worst(row.iter().copied());
     let beats = |i: usize, w: f64, best: Option<(usize, f64)>| {
         best.is_none_or(|(bi, bw)| w < bw || (w == bw && i < bi))
     };
@@ -580,7 +580,7 @@ mod tests {
     fn choose_exhaustively(losses: &[Vec<f64>], tolerance: f64) -> usize {
         let worst: Vec<f64> = losses
             .iter()
-            .map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+            .map(|row| worst(row.iter().copied()))
             .collect();
         if let Some(i) = worst.iter().rposition(|&w| w <= tolerance) {
             return i;
@@ -620,12 +620,12 @@ mod tests {
             } else {
                 // The chosen λ was scored on every fold, and every other λ was either scored
                 // on every fold or stopped at a worst loss that could not beat the chosen one.
-                let w = losses[got].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let w = worst(losses[got].iter().copied());
                 prop_assert!((0..k).all(|f| scored.contains(&(got, f))));
                 for i in (0..n).filter(|&i| i != got) {
                     let seen: Vec<f64> =
                         (0..k).filter(|&f| scored.contains(&(i, f))).map(|f| losses[i][f]).collect();
-                    let partial = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let partial = worst(seen.iter().copied());
                     prop_assert!(seen.len() == k || partial > w || (partial == w && i > got));
                 }
             }
