@@ -544,10 +544,13 @@ where
         let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
         if n_feats <= SCAN_FACTOR * q_idx.len() {
             self.score_scan(node, dense, acc);
-        } else if self.rank_blocks(node).is_empty() {
-            self.score_hash(node, q_idx, q_val, acc);
         } else {
-            self.score_rank(node, q_idx, q_val, acc);
+            let blocks = self.rank_blocks(node);
+            if blocks.is_empty() {
+                self.score_hash(node, q_idx, q_val, acc);
+            } else {
+                self.score_blocks(node, blocks, q_idx, q_val, acc);
+            }
         }
     }
 
@@ -559,8 +562,20 @@ where
     /// ranges, then all entries.
     #[inline]
     pub fn score_rank(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
+        self.score_blocks(node, self.rank_blocks(node), q_idx, q_val, acc);
+    }
+
+    /// [`Chunks::score_rank`] with node `node`'s rank blocks already looked up.
+    #[inline]
+    fn score_blocks(
+        &self,
+        node: usize,
+        blocks: &[u32],
+        q_idx: &[u32],
+        q_val: &[f32],
+        acc: &mut [f32],
+    ) {
         const BLOCK: usize = 64;
-        let blocks = self.rank_blocks(node);
         let start = self.feat_start[node] as usize;
         let n_feats = (self.feat_start[node + 1] as usize).saturating_sub(start);
         let mut pos = [0usize; BLOCK];
