@@ -275,8 +275,9 @@ impl Model {
     /// Validates an opened bundle as a model in O(nodes + labels): metadata, every tree's
     /// topology and the offsets and sizes of its node chunks, but not each weight entry, and the
     /// name sections are parsed on first use. Predicting from such a model cannot panic or loop;
-    /// a corrupt weight entry can only give wrong scores (checksums catch those:
-    /// [`Model::from_bundle`] is what a server uses before it publishes a model).
+    /// a corrupt weight entry can only give wrong scores. Checksums catch a damaged file: the
+    /// server, by default (`load_checks = "checksums"`), verifies them and then opens with this;
+    /// [`Model::from_bundle`] adds the O(weights) checks (`load_checks = "full"`).
     pub fn from_bundle_structure(bundle: Bundle) -> Result<Model, ModelError> {
         Model::build(bundle, false)
     }

@@ -58,10 +58,11 @@ pub enum SinglePredict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadChecks {
     /// Every section's checksum and the model's structure (lengths, offsets, tree topology,
-    /// label ids, hash table sizes): the file is byte for byte what its writer wrote, and no
-    /// query can make the search panic or loop. O(file) reading, O(nodes + labels) checking.
+    /// label ids, the sizes of the feature indexes): the file is byte for byte what its writer
+    /// wrote, and no query can make the search panic or loop. O(file) reading, O(nodes +
+    /// labels) checking.
     Checksums,
-    /// That, and every weight entry, hash slot and name section
+    /// That, and every weight entry, hash slot, rank block and name section
     /// ([`crate::model::Model::from_bundle`]): one more pass over the weights.
     Full,
 }
