@@ -41,6 +41,7 @@ fn measure(path: &Path) -> Result<(Duration, Duration, Duration), FormatError> {
     let fast = OpenOptions {
         verify_checksums: false,
         prefault: false,
+        yield_between_steps: false,
     };
     let mut opens = Vec::with_capacity(OPENS);
     for _ in 0..OPENS {
@@ -62,6 +63,7 @@ fn measure(path: &Path) -> Result<(Duration, Duration, Duration), FormatError> {
         &OpenOptions {
             verify_checksums: true,
             prefault: true,
+            yield_between_steps: false,
         },
     )?;
     let full_open = start.elapsed();
@@ -112,6 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let verify = OpenOptions {
         verify_checksums: true,
         prefault: false,
+        yield_between_steps: false,
     };
     for path in &models {
         let len = std::fs::metadata(path)?.len();

@@ -421,7 +421,42 @@ fn open_with_verify_catches_a_flipped_section_byte_on_disk() {
     let verify = OpenOptions {
         verify_checksums: true,
         prefault: false,
+        yield_between_steps: false,
     };
     let err = Bundle::open(&path, &verify).unwrap_err();
     assert!(matches!(&err, FormatError::SectionChecksum { name, .. } if name == "weights"));
+}
+
+#[test]
+fn a_checksum_computed_in_steps_catches_a_flip_past_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.xmcb");
+    // Three 1 MiB checksum steps and part of a fourth.
+    let weights: Vec<f32> = (0..800_000).map(|i| (i % 977) as f32).collect();
+    let mut w = BundleWriter::new();
+    w.add_f32("weights", &weights).unwrap();
+    let mut b = w.to_bytes().unwrap();
+    let offset = Bundle::from_bytes(&b)
+        .unwrap()
+        .section("weights")
+        .unwrap()
+        .offset as usize;
+    let verify = |yield_between_steps| OpenOptions {
+        verify_checksums: true,
+        prefault: true,
+        yield_between_steps,
+    };
+    std::fs::write(&path, &b).unwrap();
+    for yields in [false, true] {
+        Bundle::open(&path, &verify(yields)).expect("an intact bundle verifies in steps");
+    }
+    b[offset + (5 << 19) + 3] ^= 0x01;
+    std::fs::write(&path, &b).unwrap();
+    for yields in [false, true] {
+        let err = Bundle::open(&path, &verify(yields)).unwrap_err();
+        assert!(
+            matches!(&err, FormatError::SectionChecksum { name, .. } if name == "weights"),
+            "{err}"
+        );
+    }
 }

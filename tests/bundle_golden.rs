@@ -60,6 +60,7 @@ fn golden_v1_opens_with_exact_contents() {
     let options = OpenOptions {
         verify_checksums: true,
         prefault: false,
+        yield_between_steps: false,
     };
     let bundle = Bundle::open(golden_path(), &options).unwrap();
     assert_eq!(bundle.format_version(), 1);

@@ -119,6 +119,7 @@ fn open_verified_prefaulted(path: &std::path::Path) -> Bundle {
     let options = OpenOptions {
         verify_checksums: true,
         prefault: true,
+        yield_between_steps: false,
     };
     Bundle::open(path, &options).unwrap()
 }
@@ -165,26 +166,35 @@ fn prefaulting_maps_every_page_and_a_plain_open_does_not() {
     let dir = tempfile::tempdir().unwrap();
     // Several prefault steps (1 MiB each) and a partial last one.
     let weights: Vec<f32> = (0..700_000).map(|i| (i % 983) as f32).collect();
-    let open = |name: &str, prefault: bool| {
+    let open = |name: &str, prefault: bool, yield_between_steps: bool| {
         let path = dir.path().join(name);
         let mut w = BundleWriter::new();
         w.add_f32("weights", &weights).unwrap();
         w.write_atomic(&path).unwrap();
         let options = OpenOptions {
-            verify_checksums: false,
+            verify_checksums: yield_between_steps,
             prefault,
+            yield_between_steps,
         };
         let bundle = Bundle::open(&path, &options).unwrap();
         let rss = mapped_rss(&path).expect("the bundle is mapped");
         (bundle, rss)
     };
-    let (plain, plain_rss) = open("plain.xmcb", false);
-    let (warm, warm_rss) = open("warm.xmcb", true);
+    let (plain, plain_rss) = open("plain.xmcb", false, false);
+    let (warm, warm_rss) = open("warm.xmcb", true, false);
     let len = warm.file_len();
     assert!(
         warm_rss >= len - 4095,
         "prefaulted: {warm_rss} of {len} bytes resident"
     );
+    // The same, in steps that yield the CPU, with the checksums checked in pieces.
+    let (stepped, stepped_rss) = open("stepped.xmcb", true, true);
+    assert!(stepped.yields_between_steps() && !warm.yields_between_steps());
+    assert!(
+        stepped_rss >= len - 4095,
+        "prefaulted in yielding steps: {stepped_rss} of {len} bytes resident"
+    );
+    assert_eq!(bits(&stepped.f32s("weights").unwrap()), bits(&weights));
     assert!(
         plain_rss < len / 2,
         "plain open: {plain_rss} of {len} bytes resident"

@@ -93,7 +93,8 @@ fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
-/// Bytes of a map that one call of [`release_pages`] or [`advise_will_need`] advises.
+/// Bytes of one step of a pass over a map: what one call of [`release_pages`],
+/// [`advise_will_need`] or [`populate`] advises, and one piece of [`Bundle::verify_checksums`].
 const ADVICE_STEP: usize = 1 << 20;
 
 /// The (offset, length) pieces, [`ADVICE_STEP`] long but the last, that cover `len` bytes.
@@ -124,19 +125,22 @@ fn release_pages(map: &memmap2::Mmap) {
 
 /// Maps every page of `map` into the page tables ahead of use, in [`ADVICE_STEP`] pieces, with
 /// `MADV_POPULATE_READ` (Linux 5.14 and later): the kernel walks the range itself instead of
-/// taking one page fault per group of pages. Returns false where that is not available, and the
-/// caller touches the pages instead.
-fn populate(map: &memmap2::Mmap) -> bool {
+/// taking one page fault per group of pages. Calls `step_done` after each piece. Returns false
+/// where that is not available, and the caller touches the pages instead.
+fn populate(map: &memmap2::Mmap, mut step_done: impl FnMut()) -> bool {
     #[cfg(target_os = "linux")]
     {
         advice_steps(map.len()).all(|(offset, len)| {
-            map.advise_range(memmap2::Advice::PopulateRead, offset, len)
-                .is_ok()
+            let ok = map
+                .advise_range(memmap2::Advice::PopulateRead, offset, len)
+                .is_ok();
+            step_done();
+            ok
         })
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = map;
+        let _ = (map, &mut step_done);
         false
     }
 }

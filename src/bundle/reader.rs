@@ -27,6 +27,13 @@ pub struct OpenOptions {
     /// Ask the kernel to read the whole file ahead and touch every page, so the first queries do
     /// not pay for page faults.
     pub prefault: bool,
+    /// Hand the CPU to any other runnable thread (`sched_yield`) after every step of at most
+    /// 1 MiB of each pass over the file (pre-faulting, checksums) and every few thousand names a
+    /// model on it parses. This is for a loader at the lowest priority beside latency-bound
+    /// threads: Linux's scheduler may let a `SCHED_IDLE` thread run on to the next tick (4 ms
+    /// here) while a woken request thread waits, and a yield ends that at once. See
+    /// `serve::reload`.
+    pub yield_between_steps: bool,
 }
 
 /// What the section table says about one section.
@@ -66,6 +73,8 @@ pub struct Bundle {
     version: u32,
     sections: Vec<SectionInfo>,
     by_name: HashMap<String, usize>,
+    /// [`OpenOptions::yield_between_steps`].
+    yields: bool,
 }
 
 impl std::fmt::Debug for Bundle {
@@ -95,7 +104,8 @@ impl Bundle {
             });
         }
         let map = super::map_file(&file).map_err(|e| FormatError::io(path, e))?;
-        let bundle = Bundle::from_backing(Backing::Mmap(map))?;
+        let mut bundle = Bundle::from_backing(Backing::Mmap(map))?;
+        bundle.yields = options.yield_between_steps;
         if options.prefault {
             bundle.prefault();
         }
@@ -120,7 +130,21 @@ impl Bundle {
             version,
             sections,
             by_name,
+            yields: false,
         })
+    }
+
+    /// Whether this bundle was opened with [`OpenOptions::yield_between_steps`].
+    pub fn yields_between_steps(&self) -> bool {
+        self.yields
+    }
+
+    /// Ends a step of a pass over the bundle: yields the CPU if the bundle was opened with
+    /// [`OpenOptions::yield_between_steps`], else does nothing.
+    pub fn step_done(&self) {
+        if self.yields {
+            std::thread::yield_now();
+        }
     }
 
     /// The format version of the file.
@@ -154,7 +178,12 @@ impl Bundle {
     pub fn verify_checksums(&self) -> Result<(), FormatError> {
         let bytes = self.backing.bytes();
         for s in &self.sections {
-            let computed = crc32fast::hash(&bytes[s.range()]);
+            let mut hasher = crc32fast::Hasher::new();
+            for piece in bytes[s.range()].chunks(super::ADVICE_STEP) {
+                hasher.update(piece);
+                self.step_done();
+            }
+            let computed = hasher.finalize();
             if computed != s.crc32 {
                 return Err(FormatError::SectionChecksum {
                     name: s.name.clone(),
@@ -213,7 +242,7 @@ impl Bundle {
     fn prefault(&self) {
         if let Backing::Mmap(map) = &*self.backing {
             super::advise_will_need(map);
-            if super::populate(map) {
+            if super::populate(map, || self.step_done()) {
                 return;
             }
         }

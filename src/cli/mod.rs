@@ -57,4 +57,5 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 pub(crate) const VERIFY: crate::bundle::OpenOptions = crate::bundle::OpenOptions {
     verify_checksums: true,
     prefault: false,
+    yield_between_steps: false,
 };

@@ -658,7 +658,13 @@ impl LazyNames {
         if !self.present {
             return Ok(None);
         }
-        let names: Names = bundle.json(self.section)?;
+        let text = bundle.json_text(self.section)?;
+        let names = Names::parse(&text, || bundle.step_done()).map_err(|source| {
+            crate::bundle::FormatError::Json {
+                name: self.section.to_owned(),
+                source,
+            }
+        })?;
         if names.len() != self.expected {
             return Err(ModelError::Meta(format!(
                 "{} holds {} names for {} items",
