@@ -304,8 +304,17 @@ impl Bundle {
 
     /// Deserializes the `json` section called `name`.
     pub fn json<T: DeserializeOwned>(&self, name: &str) -> Result<T, FormatError> {
+        self.json_with(name, |text| serde_json::from_slice(text))
+    }
+
+    /// Reads the `json` section called `name` with `parse`, naming the section in its error.
+    pub fn json_with<T>(
+        &self,
+        name: &str,
+        parse: impl FnOnce(&[u8]) -> serde_json::Result<T>,
+    ) -> Result<T, FormatError> {
         let text = self.json_text(name)?;
-        serde_json::from_slice(&text).map_err(|source| FormatError::Json {
+        parse(&text).map_err(|source| FormatError::Json {
             name: name.to_owned(),
             source,
         })

@@ -658,12 +658,8 @@ impl LazyNames {
         if !self.present {
             return Ok(None);
         }
-        let text = bundle.json_text(self.section)?;
-        let names = Names::parse(&text, || bundle.step_done()).map_err(|source| {
-            crate::bundle::FormatError::Json {
-                name: self.section.to_owned(),
-                source,
-            }
+        let names = bundle.json_with(self.section, |text| {
+            Names::parse(text, || bundle.step_done())
         })?;
         if names.len() != self.expected {
             return Err(ModelError::Meta(format!(
