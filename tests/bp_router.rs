@@ -10,6 +10,7 @@ use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
 use xmc::model::{Model, ModelError, PredictOptions};
 use xmc::train::{self, Quiet, TrainInputs, Trained};
+use xmc::tree::chunk::{IndexChoice, RowChoice};
 
 /// A quick BP model: two flat blocks with small label clusters.
 const SMALL: &[&str] = &["bp=on", "block_model=flat", "bp_lambda=1", "bp_q=2"];
@@ -136,24 +137,46 @@ fn bad_bp_sections_are_refused_at_open() {
     assert!(open(&good).is_ok());
 }
 
+/// Stores every node of `tree` as entries, whatever the size rule would choose.
+fn on_entries(tree: &mut xmc::tree::view::TreeArrays<Vec<u32>, Vec<f32>>) {
+    let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
+    tree.chunks = tree
+        .chunks
+        .rebuilt_as(&outs, IndexChoice::Smaller, RowChoice::Entries)
+        .unwrap();
+}
+
 #[test]
 fn a_structural_open_leaves_bp_weight_entries_to_verify() {
     let train = load("Corel5k", "train");
     type Corrupt = fn(&mut Trained);
-    let corruptions: [Corrupt; 3] = [
-        // A router entry names a block the router does not have.
+    let corruptions: [Corrupt; 4] = [
+        // A router entry names a block the router does not have (the router's few outputs put
+        // its weights in rows: rebuilt on entries first, which scoring reads the same way).
         |t| {
-            let out = &mut t.bp.as_mut().unwrap().router.chunks.entry_out;
+            let router = &mut t.bp.as_mut().unwrap().router;
+            on_entries(router);
+            let out = &mut router.chunks.entry_out;
             *out.last_mut().unwrap() = 1000;
         },
-        // A block's entry names a label outside its cluster.
+        // A router row weight that is not finite.
         |t| {
-            let out = &mut t.bp.as_mut().unwrap().blocks[1].tree.chunks.entry_out;
-            out[0] = 100_000;
+            let rows = &mut t.bp.as_mut().unwrap().router.chunks.row_weight;
+            assert!(!rows.is_empty());
+            rows[0] = f32::NAN;
         },
+        // A block's entry names a label outside its cluster (on entries first, as above).
         |t| {
-            let w = &mut t.bp.as_mut().unwrap().blocks[0].tree.chunks.entry_weight;
-            w.iter_mut().for_each(|w| *w = f32::NAN);
+            let tree = &mut t.bp.as_mut().unwrap().blocks[1].tree;
+            on_entries(tree);
+            tree.chunks.entry_out[0] = 100_000;
+        },
+        // Every weight of a block not finite, in whichever layout it stores them.
+        |t| {
+            let c = &mut t.bp.as_mut().unwrap().blocks[0].tree.chunks;
+            assert!(!(c.entry_weight.is_empty() && c.row_weight.is_empty()));
+            c.entry_weight.iter_mut().for_each(|w| *w = f32::NAN);
+            c.row_weight.iter_mut().for_each(|w| *w = f32::NAN);
         },
     ];
     for (c, corrupt) in corruptions.iter().enumerate() {

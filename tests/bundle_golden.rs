@@ -1,10 +1,12 @@
 //! Golden container files, one per format version, pin the byte layout.
 //!
-//! `container-v1.xmcb` was written by the version-1 writer. Reading it must keep working for as
-//! long as this xmc claims to read version 1. While version 1 is also the version written, the
-//! writer must reproduce it byte for byte; once the format moves on, keep the read test and retire
-//! only the byte comparison. To regenerate after a deliberate change to version 1 (which breaks
-//! every deployed model, so think twice), run with `XMC_BLESS_GOLDEN=1`.
+//! `container-v1.xmcb` was written by the version-1 writer and `container-v2.xmcb` by the
+//! version-2 writer, from the same sections. Reading each must keep working for as long as this
+//! xmc claims to read its version. The writer must reproduce the file of the version it writes
+//! byte for byte; once the format moves on, keep the read test and retire only the byte
+//! comparison (as version 1's was when version 2 came). To regenerate the current version's file
+//! after a deliberate change (which breaks every deployed model, so think twice), run with
+//! `XMC_BLESS_GOLDEN=1`.
 
 // Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -23,8 +25,9 @@ struct Meta {
     stats: BTreeMap<String, u64>,
 }
 
-fn golden_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/container-v1.xmcb")
+fn golden_path(version: u32) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/golden/container-v{version}.xmcb"))
 }
 
 fn meta() -> Meta {
@@ -52,18 +55,15 @@ fn golden_bytes() -> Vec<u8> {
     w.to_bytes().unwrap()
 }
 
-#[test]
-fn golden_v1_opens_with_exact_contents() {
-    if std::env::var_os("XMC_BLESS_GOLDEN").is_some() {
-        std::fs::write(golden_path(), golden_bytes()).unwrap();
-    }
+/// Opens the golden file of `version` and checks every section's placement and contents.
+fn check_golden(version: u32) {
     let options = OpenOptions {
         verify_checksums: true,
         prefault: false,
         yield_between_steps: false,
     };
-    let bundle = Bundle::open(golden_path(), &options).unwrap();
-    assert_eq!(bundle.format_version(), 1);
+    let bundle = Bundle::open(golden_path(version), &options).unwrap();
+    assert_eq!(bundle.format_version(), version);
     assert!(bundle.file_len() < 4096);
     let listing: Vec<(&str, Dtype, u64, u64)> = bundle
         .sections()
@@ -97,24 +97,59 @@ fn golden_v1_opens_with_exact_contents() {
 }
 
 #[test]
-fn golden_v1_header_bytes_are_as_documented() {
-    let bytes = std::fs::read(golden_path()).unwrap();
-    assert_eq!(&bytes[0..8], b"XMCB\0\r\n\x1a");
-    assert_eq!(&bytes[8..12], &[4, 3, 2, 1]);
-    assert_eq!(&bytes[12..16], &1u32.to_le_bytes());
-    assert_eq!(&bytes[16..20], &6u32.to_le_bytes());
-    assert_eq!(&bytes[24..32], &(bytes.len() as u64).to_le_bytes());
-    assert_eq!(&bytes[bytes.len() - 8..], b"\x1a\n\r\0BCMX");
+fn golden_v1_opens_with_exact_contents() {
+    check_golden(1);
 }
 
 #[test]
-fn current_writer_reproduces_golden_v1() {
-    if FORMAT_VERSION != 1 {
+fn golden_v2_opens_with_exact_contents() {
+    if std::env::var_os("XMC_BLESS_GOLDEN").is_some() && FORMAT_VERSION == 2 {
+        std::fs::write(golden_path(2), golden_bytes()).unwrap();
+    }
+    check_golden(2);
+}
+
+#[test]
+fn golden_header_bytes_are_as_documented() {
+    for version in [1u32, 2] {
+        let bytes = std::fs::read(golden_path(version)).unwrap();
+        assert_eq!(&bytes[0..8], b"XMCB\0\r\n\x1a");
+        assert_eq!(&bytes[8..12], &[4, 3, 2, 1]);
+        assert_eq!(&bytes[12..16], &version.to_le_bytes());
+        assert_eq!(&bytes[16..20], &6u32.to_le_bytes());
+        assert_eq!(&bytes[24..32], &(bytes.len() as u64).to_le_bytes());
+        assert_eq!(&bytes[bytes.len() - 8..], b"\x1a\n\r\0BCMX");
+    }
+}
+
+#[test]
+fn the_two_versions_differ_only_in_the_version_and_its_checksums() {
+    let (v1, v2) = (
+        std::fs::read(golden_path(1)).unwrap(),
+        std::fs::read(golden_path(2)).unwrap(),
+    );
+    assert_eq!(v1.len(), v2.len());
+    let differ: Vec<usize> = (0..v1.len()).filter(|&i| v1[i] != v2[i]).collect();
+    // The version field, then bytes of the header CRC (60..64) and of the footer's CRC of
+    // header and table (len-16..len-12).
+    let n = v1.len();
+    assert!(
+        differ
+            .iter()
+            .all(|&i| i == 12 || (60..64).contains(&i) || (n - 16..n - 12).contains(&i)),
+        "{differ:?}"
+    );
+    assert!(differ.contains(&12));
+}
+
+#[test]
+fn current_writer_reproduces_golden_v2() {
+    if FORMAT_VERSION != 2 {
         return;
     }
-    let on_disk = std::fs::read(golden_path()).unwrap();
+    let on_disk = std::fs::read(golden_path(2)).unwrap();
     assert!(
         on_disk == golden_bytes(),
-        "the v1 writer no longer reproduces container-v1.xmcb"
+        "the v2 writer no longer reproduces container-v2.xmcb"
     );
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use xmc::bundle::{Bundle, BundleWriter, Dtype, OpenOptions, Section};
+use xmc::bundle::{Bundle, BundleWriter, Dtype, FORMAT_VERSION, OpenOptions, Section};
 
 /// One section's content, of any dtype.
 #[derive(Clone, Debug)]
@@ -233,7 +233,7 @@ fn section_info_reports_sizes_for_inspect() {
         (info.dtype, info.byte_len, info.elem_count()),
         (Dtype::U64, 24, 3)
     );
-    assert_eq!(bundle.format_version(), 1);
+    assert_eq!(bundle.format_version(), FORMAT_VERSION);
     assert_eq!(bundle.file_len(), 64 + 64 + 64 + 16);
 }
 

@@ -274,8 +274,8 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
     // Corruptions a structural open does not look at: output indexes and entry offsets out of
     // range, hash tables with no free slot (a probe for a missing feature must still end), rank
     // blocks whose counts point past their node's features or at the wrong ones, non-finite
-    // weights, and a name section that does not parse.
-    let corruptions: [fn(&mut Trained); 7] = [
+    // weights, a name section that does not parse, and non-finite row weights.
+    let corruptions: [fn(&mut Trained); 8] = [
         |t| {
             t.trees[0]
                 .chunks
@@ -316,6 +316,11 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
                 .for_each(|w| *w = f32::NAN)
         },
         |t| t.label_names = Some(vec!["only one".into()]),
+        |t| {
+            let r = &mut t.trees[0].chunks.row_weight;
+            assert!(!r.is_empty());
+            r.iter_mut().for_each(|w| *w = f32::NAN)
+        },
     ];
 
     for (c, corrupt) in corruptions.iter().enumerate() {
@@ -357,6 +362,56 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
             full.predict(idx, val, &o).unwrap(),
             quick.predict(idx, val, &o).unwrap()
         );
+    }
+}
+
+/// A binary tree stores its internal nodes' weights as rows; the same weights as entries give
+/// the same answers, labels and scores alike, with early stopping and without.
+#[test]
+fn rows_and_entries_answer_alike_on_real_data() {
+    use xmc::tree::chunk::RowChoice;
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let trained = train_with(&train, &["max_leaf=20"]);
+    let tree = &trained.trees[0];
+    let internal = (0..tree.n_nodes()).filter(|&i| !tree.is_leaf(i));
+    assert!(internal.clone().count() > 10);
+    for node in internal {
+        let has_features = tree.chunks.feat_start[node] < tree.chunks.feat_start[node + 1];
+        assert_eq!(tree.chunks.has_rows(node), has_features, "node {node}");
+    }
+    let mut as_entries = train_with(&train, &["max_leaf=20"]);
+    let tree = &mut as_entries.trees[0];
+    let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
+    tree.chunks = tree
+        .chunks
+        .rebuilt_as(&outs, IndexChoice::Smaller, RowChoice::Entries)
+        .unwrap();
+    assert!(tree.chunks.row_weight.is_empty());
+    assert_eq!(tree.chunks.n_weights(), trained.trees[0].chunks.n_weights());
+    let open =
+        |t: &Trained| Model::from_bundle(Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap());
+    let (rows, entries) = (open(&trained).unwrap(), open(&as_entries).unwrap());
+    assert!(rows.bundle().file_len() < entries.bundle().file_len());
+    for i in 0..test.n_points() {
+        let (idx, val) = test.feature_row(i);
+        for early_stop in [true, false] {
+            let opts = PredictOptions {
+                k: 5,
+                early_stop,
+                ..PredictOptions::default()
+            };
+            let (a, b) = (
+                rows.predict(idx, val, &opts).unwrap(),
+                entries.predict(idx, val, &opts).unwrap(),
+            );
+            assert_eq!(a.labels, b.labels, "point {i}");
+            let bits = |p: &xmc::model::Prediction| {
+                p.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&a), bits(&b), "point {i}");
+            assert_eq!(a.nodes_evaluated, b.nodes_evaluated);
+        }
     }
 }
 

@@ -1,12 +1,16 @@
-//! A golden model bundle: a model written by an earlier xmc must keep opening and answering.
+//! Golden model bundles: a model written by an earlier xmc must keep opening and answering.
 //!
 //! `tests/data/golden/model-v1.xmcb` is a tiny label tree (6 labels, 10 features, 7 nodes) trained
-//! by the first model format on `tests/data/golden/tiny.txt`:
+//! by the first model format on `tests/data/golden/tiny.txt`, and `model-v2.xmcb` the same tree
+//! trained by format version 2, whose nodes store their weights as rows:
 //!
 //! ```sh
 //! xmc train --config config/default.toml --set max_leaf=2 --set name=tiny \
 //!     --train tests/data/golden/tiny.txt --out tests/data/golden/model-v1.xmcb
 //! ```
+//!
+//! (`model-v2.xmcb` for the second). The two answer slightly differently because the trainer
+//! changed between them, not the format: each file's answers are recorded as it gave them.
 //!
 //! Later versions add sections and metadata fields; they must still read this file, find the same
 //! tree and give the same answers. Never regenerate it to make this test pass: a failure here means
@@ -24,6 +28,10 @@ fn golden() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/model-v1.xmcb")
 }
 
+fn golden_v2() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/model-v2.xmcb")
+}
+
 #[test]
 fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
     let options = OpenOptions {
@@ -38,7 +46,12 @@ fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
     assert_eq!(model.trees()[0].n_nodes(), 7);
     assert!(model.label_names().is_none() && model.feature_names().is_none());
 
-    // Recorded with `xmc predict --k 3` on the query `1:1 4:1 7:1` when the file was made.
+    assert_recorded(&model, [0.544_467_1, 0.460_923_22, 0.249_387_2]);
+}
+
+/// The top 3 for the query `1:1 4:1 7:1` are labels 0, 5 and 3 with these scores, as recorded
+/// with `xmc predict --k 3` when the golden file was made.
+fn assert_recorded(model: &Model, scores: [f32; 3]) {
     let p = model
         .predict(&[1, 4, 7], &[1.0, 1.0, 1.0], &PredictOptions::default())
         .unwrap();
@@ -48,11 +61,31 @@ fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
         "{:?}",
         p.labels
     );
-    for (got, want) in p
-        .scores
-        .iter()
-        .zip([0.544_467_1_f32, 0.460_923_22, 0.249_387_2])
-    {
+    for (got, want) in p.scores.iter().zip(scores) {
         assert!((got - want).abs() < 1e-6, "{:?}", p.scores);
     }
+}
+
+#[test]
+fn golden_model_v2_opens_verifies_and_predicts_from_rows_as_recorded() {
+    let options = OpenOptions {
+        verify_checksums: true,
+        ..OpenOptions::default()
+    };
+    let model = Model::open(&golden_v2(), &options).unwrap();
+    assert_eq!(model.bundle().format_version(), 2);
+    let meta = model.meta();
+    assert_eq!(meta.name, "tiny");
+    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
+    assert_eq!(meta.version, "3c7c53297693df73");
+    let tree = &model.trees()[0];
+    assert_eq!(tree.n_nodes(), 7);
+    // Every node has at most two outputs, so every node with features stores rows, not entries.
+    assert!(tree.chunks.entry_weight.is_empty());
+    for node in 0..tree.n_nodes() {
+        let has_features = tree.chunks.feat_start[node] < tree.chunks.feat_start[node + 1];
+        assert_eq!(tree.chunks.has_rows(node), has_features, "node {node}");
+    }
+
+    assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
 }

@@ -12,7 +12,7 @@
 //!   `&[u8]` views that hold an `Arc` of the bytes and so outlive the `Bundle`.
 //! - [`FormatError`] says what is wrong and where.
 //!
-//! # Byte layout, format version 1
+//! # Byte layout, format versions 1 and 2
 //!
 //! All integers are little-endian. Offsets are absolute file offsets.
 //!
@@ -21,7 +21,7 @@
 //! | **header** | | |
 //! | 0 | 8 | magic `58 4d 43 42 00 0d 0a 1a` (`b"XMCB\0\r\n\x1a"`) |
 //! | 8 | 4 | endianness mark `0x01020304` (bytes `04 03 02 01`) |
-//! | 12 | 4 | format version, `1` |
+//! | 12 | 4 | format version, `1` or `2` |
 //! | 16 | 4 | section count `n` |
 //! | 20 | 4 | flags, `0` |
 //! | 24 | 8 | file length in bytes |
@@ -52,6 +52,11 @@
 //! This build writes version [`FORMAT_VERSION`] and reads versions [`MIN_READ_VERSION`] to
 //! [`MAX_READ_VERSION`]. A golden file for each version lives in `tests/data/golden/`, so a change
 //! that breaks old files fails the tests.
+//!
+//! A version is also how a writer stops old readers from misreading what it stores. Version 2
+//! has version 1's byte layout; it came with the label trees' weight rows (`*.chunk.row_*`
+//! sections), which a reader from before them would skip, scoring the nodes that use them
+//! without their weights. Such a reader refuses version 2 instead, and says to upgrade.
 //!
 //! # What is checked when
 //!

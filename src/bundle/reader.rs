@@ -297,6 +297,15 @@ impl Bundle {
         self.typed(name, Dtype::F32)
     }
 
+    /// The `f32` section called `name`, or an empty one when the bundle has no such section (as
+    /// [`Bundle::u32s_or_empty`]).
+    pub fn f32s_or_empty(&self, name: &str) -> Result<Section<f32>, FormatError> {
+        if self.section(name).is_none() {
+            return Ok(Section::new(Arc::clone(&self.backing), 0..0));
+        }
+        self.f32s(name)
+    }
+
     /// The raw text of the `json` section called `name`.
     pub fn json_text(&self, name: &str) -> Result<Section<u8>, FormatError> {
         self.typed(name, Dtype::Json)

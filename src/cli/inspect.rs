@@ -58,6 +58,7 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
                     "mean": mean,
                 },
                 "weights": t.chunks.n_weights(),
+                "row_nodes": (0..t.n_nodes()).filter(|&n| t.chunks.has_rows(n)).count(),
             });
             if let (Some(d), Some(obj)) = (model.defrag().get(i), tree.as_object_mut()) {
                 obj.insert("defrag".into(), defrag_report(model, i, d));

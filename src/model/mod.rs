@@ -218,6 +218,9 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             // Absent from bundles written before the rank index: read as empty.
             rank_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank_start"))?,
             rank: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank"))?,
+            // Absent from bundles written before rows: every node reads as entries.
+            row_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_start"))?,
+            row_weight: bundle.f32s_or_empty(&format!("{prefix}.chunk.row_weight"))?,
         },
     })
 }

@@ -537,6 +537,8 @@ fn add_tree<'a>(
     w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
     w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
     w.add_u32(&s("chunk.rank"), &a.chunks.rank)?;
+    w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
+    w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
     Ok(())
 }
 

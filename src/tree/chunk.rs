@@ -19,6 +19,24 @@
 //!
 //! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
 //!
+//! A node whose weights are dense enough stores them as **rows** instead of entries: for each of
+//! its features, one weight per output, zeros included, as PECOS's chunks do. A feature's weights
+//! are then found by arithmetic, without reading `entry_start` or `entry_out`:
+//!
+//! | array | length | meaning |
+//! | --- | --- | --- |
+//! | `row_start` | nodes + 1 | node `i`'s rows are `row_weight[row_start[i]..row_start[i + 1]]` |
+//! | `row_weight` | Σ features · outputs over row nodes | position `p`'s weights are `m` values from `row_start[i] + p·m` |
+//!
+//! A node has rows when they take no more room than its entries (`m · features ≤ 2 · entries`),
+//! which holds for every node of a binary tree: each feature there has one or two entries, of
+//! eight bytes each, against a row of two four-byte weights. A row node's features keep their
+//! (empty) `entry_start` ranges, so positions mean the same in every node. On debian-deps
+//! (T = 1) the internal nodes' weights went from 18.6 MB of entries to 11.6 MB of rows, and a
+//! query feature found in such a node costs two memory reads (its index and its row) instead
+//! of four (index, entry range, outputs, weights). Bundles written before rows have no `row`
+//! sections; read as empty, every node uses its entries.
+//!
 //! To find a query feature's position within a node, each node with features has one of two
 //! indexes, whichever is smaller (ties go to the rank index):
 //!
@@ -50,6 +68,9 @@ pub const RANK_SPAN: u32 = 96;
 
 /// `u32`s per rank block: the running count and three bitmap words.
 pub const RANK_BLOCK: usize = 4;
+
+/// Query features per pass of the index lookups (see [`Chunks::score_hash`]).
+const LOOKUP_BLOCK: usize = 64;
 
 /// The exponent bits of an `f32`.
 const F32_EXP: u32 = 0x7f80_0000;
@@ -113,6 +134,13 @@ pub enum ChunkError {
         /// The node.
         node: usize,
     },
+    /// A node's rows are not one weight per output for each of its features, or the node has
+    /// both rows and entries.
+    #[error("node {node}: the weight rows are malformed")]
+    Rows {
+        /// The node.
+        node: usize,
+    },
     /// The arrays grew past what `u32` offsets can address.
     #[error(
         "the chunk arrays hold more than u32::MAX entries; train a smaller model or prune more"
@@ -148,6 +176,11 @@ pub struct Chunks<U, F> {
     pub rank_start: U,
     /// Rank blocks of [`RANK_BLOCK`] values each (see the module docs).
     pub rank: U,
+    /// Per node, the start of its rows in `row_weight` (length nodes + 1), or empty when no node
+    /// has them (bundles from before rows). A node with rows has no entries.
+    pub row_start: U,
+    /// Row weights: per feature position of a row node, one weight per output.
+    pub row_weight: F,
 }
 
 /// Which feature index [`ChunksBuilder::push_node_with`] builds for a node.
@@ -159,6 +192,17 @@ pub enum IndexChoice {
     Hash,
     /// Always the rank index.
     Rank,
+}
+
+/// How [`ChunksBuilder::push_node_as`] stores a node's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowChoice {
+    /// Rows when they take no more room than entries (see the module docs).
+    Smaller,
+    /// Always entries.
+    Entries,
+    /// Always rows (for a node with features and outputs).
+    Rows,
 }
 
 /// A free slot of a chunk hash table.
@@ -186,6 +230,8 @@ impl ChunksBuilder {
             hash: Vec::new(),
             rank_start: vec![0],
             rank: Vec::new(),
+            row_start: vec![0],
+            row_weight: Vec::new(),
         }
     }
 
@@ -207,17 +253,55 @@ impl ChunksBuilder {
     where
         I: IntoIterator<Item = (&'a [u32], &'a [f32])>,
     {
+        self.push_node_as(outputs, index, RowChoice::Smaller)
+    }
+
+    /// [`ChunksBuilder::push_node`] with the node's feature index chosen by `index` and its
+    /// weights stored as `rows` says.
+    pub fn push_node_as<'a, I>(
+        &mut self,
+        outputs: I,
+        index: IndexChoice,
+        rows: RowChoice,
+    ) -> Result<(), ChunkError>
+    where
+        I: IntoIterator<Item = (&'a [u32], &'a [f32])>,
+    {
         let mut triples: Vec<(u32, u32, f32)> = Vec::new();
+        let mut m = 0usize;
         for (out, (idx, val)) in outputs.into_iter().enumerate() {
+            m = out + 1;
             let out = u32::try_from(out).map_err(|_| ChunkError::TooLarge)?;
             triples.extend(idx.iter().zip(val).map(|(&f, &w)| (f, out, w)));
         }
         // Sort by feature, then output: entries of a feature come out in output order.
         triples.sort_unstable_by_key(|&(f, o, _)| (f, o));
+        let n_feats = triples
+            .iter()
+            .enumerate()
+            .filter(|&(i, t)| i == 0 || triples[i - 1].0 != t.0)
+            .count();
+        let use_rows = n_feats > 0
+            && m > 0
+            && match rows {
+                RowChoice::Smaller => m * n_feats <= 2 * triples.len(),
+                RowChoice::Entries => false,
+                RowChoice::Rows => true,
+            };
+        let row_base = self.row_weight.len();
         for (f, o, w) in triples {
             if self.feat.len() == self.feat_start_last() || self.feat.last() != Some(&f) {
                 self.feat.push(f);
                 self.entry_start.push(self.entry_start_last());
+                if use_rows {
+                    self.row_weight.resize(self.row_weight.len() + m, 0.0);
+                }
+            }
+            if use_rows {
+                // The row just opened is the last `m` weights; duplicates add, as entries do.
+                let at = self.row_weight.len() - m + o as usize;
+                self.row_weight[at] += w;
+                continue;
             }
             self.entry_out.push(o);
             self.entry_weight.push(w);
@@ -227,6 +311,9 @@ impl ChunksBuilder {
                 .expect("entry_start is never empty") =
                 u32::try_from(self.entry_out.len()).map_err(|_| ChunkError::TooLarge)?;
         }
+        debug_assert!(!use_rows || self.row_weight.len() - row_base == m * n_feats);
+        self.row_start
+            .push(u32::try_from(self.row_weight.len()).map_err(|_| ChunkError::TooLarge)?);
         let first = self.feat_start_last();
         self.feat_start
             .push(u32::try_from(self.feat.len()).map_err(|_| ChunkError::TooLarge)?);
@@ -308,6 +395,8 @@ where
             hash: &self.hash,
             rank_start: &self.rank_start,
             rank: &self.rank,
+            row_start: &self.row_start,
+            row_weight: &self.row_weight,
         }
     }
 
@@ -318,11 +407,32 @@ where
         n_outputs: &[usize],
         index: IndexChoice,
     ) -> Result<ChunksBuilder, ChunkError> {
+        self.rebuilt_as(n_outputs, index, RowChoice::Smaller)
+    }
+
+    /// [`Chunks::rebuilt`], with every node's weights stored as `rows` says. A row's zero
+    /// weights are not carried over as entries.
+    pub fn rebuilt_as(
+        &self,
+        n_outputs: &[usize],
+        index: IndexChoice,
+        rows: RowChoice,
+    ) -> Result<ChunksBuilder, ChunkError> {
         self.validate_structure(n_outputs)?;
         let mut b = ChunksBuilder::new();
         for (node, &m) in n_outputs.iter().enumerate() {
             let mut outs: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); m];
-            for p in self.feat_start[node] as usize..self.feat_start[node + 1] as usize {
+            let first = self.feat_start[node] as usize;
+            let row = self.node_rows(node);
+            for p in first..self.feat_start[node + 1] as usize {
+                // Validated above: a row node holds exactly m weights per feature.
+                let weights = row.get((p - first) * m..(p - first + 1) * m).unwrap_or(&[]);
+                for (o, &w) in weights.iter().enumerate() {
+                    if w != 0.0 {
+                        outs[o].0.push(self.feat[p]);
+                        outs[o].1.push(w);
+                    }
+                }
                 for e in self.entry_start[p] as usize..self.entry_start[p + 1] as usize {
                     let o = outs
                         .get_mut(self.entry_out[e] as usize)
@@ -331,9 +441,23 @@ where
                     o.1.push(self.entry_weight[e]);
                 }
             }
-            b.push_node_with(outs.iter().map(|(i, v)| (&i[..], &v[..])), index)?;
+            b.push_node_as(outs.iter().map(|(i, v)| (&i[..], &v[..])), index, rows)?;
         }
         Ok(b)
+    }
+
+    /// Node `node`'s row weights (empty when it stores entries, or in a bundle without rows).
+    #[inline]
+    fn node_rows(&self, node: usize) -> &[f32] {
+        match (self.row_start.get(node), self.row_start.get(node + 1)) {
+            (Some(&a), Some(&b)) => self.row_weight.get(a as usize..b as usize).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// Whether node `node` stores its weights as rows.
+    pub fn has_rows(&self, node: usize) -> bool {
+        !self.node_rows(node).is_empty()
     }
 
     /// Node `node`'s rank blocks (empty when it uses a hash table, or in a bundle without rank
@@ -346,9 +470,10 @@ where
         }
     }
 
-    /// The number of stored weights.
+    /// The number of non-zero stored weights (a row's zeros are padding, not weights), so the
+    /// count does not depend on the layout.
     pub fn n_weights(&self) -> usize {
-        self.entry_weight.len()
+        self.entry_weight.len() + self.row_weight.iter().filter(|&&w| w != 0.0).count()
     }
 
     /// Checks every offset, feature id, output index, weight and hash slot, given each node's
@@ -360,8 +485,8 @@ where
     }
 
     /// The checks that cost O(nodes), not O(weights): array lengths, the per-node offsets of
-    /// features and hash tables, and each table's size (a power of two above the node's
-    /// feature count). After this succeeds, scoring cannot panic or loop whatever the entries
+    /// features, hash tables and rows, each table's size (a power of two above the node's
+    /// feature count), and each row node's row length (features times outputs). After this succeeds, scoring cannot panic or loop whatever the entries
     /// hold: the scoring functions bound every entry-level index and probe they follow, so a
     /// corrupt entry costs a wrong score, never a crash (and checksums, when verified, catch it).
     pub fn validate_structure(&self, n_outputs: &[usize]) -> Result<(), ChunkError> {
@@ -398,18 +523,25 @@ where
         )?;
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
-        if !self.rank_start.is_empty() {
-            expect_len("rank_start", self.rank_start.len(), n_outputs.len() + 1)?;
-            check_offsets("rank_start", &self.rank_start, self.rank.len())?;
-        } else if !self.rank.is_empty() {
-            return Err(ChunkError::Length {
-                array: "rank",
-                found: self.rank.len(),
-                expected: 0,
-            });
-        }
-        for node in 0..n_outputs.len() {
+        let n_nodes = n_outputs.len();
+        check_optional_offsets(
+            ("rank_start", &self.rank_start),
+            ("rank", self.rank.len()),
+            n_nodes,
+        )?;
+        check_optional_offsets(
+            ("row_start", &self.row_start),
+            ("row_weight", self.row_weight.len()),
+            n_nodes,
+        )?;
+        for (node, &m) in n_outputs.iter().enumerate() {
             let n = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+            let rows = self.node_rows(node).len();
+            // One weight per output for each feature (whether the node also has entries, which
+            // scoring would not read, is left to the O(weights) checks with the rest of them).
+            if rows > 0 && (n == 0 || Some(rows) != n.checked_mul(m)) {
+                return Err(ChunkError::Rows { node });
+            }
             let len = (self.hash_start[node + 1] - self.hash_start[node]) as usize;
             let rank_len = self.rank_blocks(node).len();
             if rank_len > 0 {
@@ -433,7 +565,7 @@ where
     }
 
     /// The O(weights) checks: entry offsets, sorted in-range feature ids, output indexes,
-    /// finite weights, every hash slot naming one of its node's features at its position, and
+    /// finite weights (entries and rows), no entries on a row node, every hash slot naming one of its node's features at its position, and
     /// every rank block counting and marking exactly its node's features.
     fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
         check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
@@ -492,6 +624,16 @@ where
                 .iter()
                 .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
             let outs_ok = outs.is_empty() || (max_out as usize) < m;
+            let rows = self.node_rows(node);
+            if !rows.is_empty() && a != b {
+                return Err(ChunkError::Rows { node });
+            }
+            let row_exp = rows
+                .iter()
+                .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
+            if row_exp == F32_EXP {
+                return Err(ChunkError::Weight { node });
+            }
             if !(sorted && in_range && outs_ok && max_exp != F32_EXP) {
                 return Err(self.entry_error(node, m, n_features));
             }
@@ -538,18 +680,20 @@ where
     /// `q_idx`/`q_val` is the query, sorted by feature id; `dense` holds the same query as a dense
     /// vector (zero elsewhere) of at least the model's feature count. Small chunks are scanned and
     /// looked up in `dense` ([`Chunks::score_scan`]); in large ones each query feature is looked
-    /// up in the node's hash table ([`Chunks::score_hash`]).
+    /// up in the node's rank index or hash table ([`Chunks::score_rank`],
+    /// [`Chunks::score_hash`]). Either way a feature found adds its row or its entries.
     #[inline]
     pub fn score(&self, node: usize, q_idx: &[u32], q_val: &[f32], dense: &[f32], acc: &mut [f32]) {
         let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+        let rows = self.node_rows(node);
         if n_feats <= SCAN_FACTOR * q_idx.len() {
-            self.score_scan(node, dense, acc);
+            self.scan(node, rows, dense, acc);
         } else {
             let blocks = self.rank_blocks(node);
             if blocks.is_empty() {
-                self.score_hash(node, q_idx, q_val, acc);
+                self.hash_lookup(node, rows, q_idx, q_val, acc);
             } else {
-                self.score_blocks(node, blocks, q_idx, q_val, acc);
+                self.rank_lookup(node, blocks, rows, q_idx, q_val, acc);
             }
         }
     }
@@ -559,67 +703,54 @@ where
     ///
     /// As in [`Chunks::score_hash`], the work runs in passes over blocks of query features: all
     /// lookups (branch-free: an absent feature is written and then not counted), then all entry
-    /// ranges, then all entries.
+    /// ranges or rows, then all entries.
     #[inline]
     pub fn score_rank(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
-        self.score_blocks(node, self.rank_blocks(node), q_idx, q_val, acc);
+        let rows = self.node_rows(node);
+        self.rank_lookup(node, self.rank_blocks(node), rows, q_idx, q_val, acc);
     }
 
-    /// [`Chunks::score_rank`] with node `node`'s rank blocks already looked up.
+    /// [`Chunks::score_rank`] with node `node`'s rank blocks and rows already looked up.
     #[inline]
-    fn score_blocks(
+    fn rank_lookup(
         &self,
         node: usize,
         blocks: &[u32],
+        rows: &[f32],
         q_idx: &[u32],
         q_val: &[f32],
         acc: &mut [f32],
     ) {
-        const BLOCK: usize = 64;
         let start = self.feat_start[node] as usize;
         let n_feats = (self.feat_start[node + 1] as usize).saturating_sub(start);
-        let mut pos = [0usize; BLOCK];
-        let mut val = [0f32; BLOCK];
-        let mut range = [(0u32, 0u32); BLOCK];
-        for (qi, qv) in q_idx.chunks(BLOCK).zip(q_val.chunks(BLOCK)) {
-            let mut found = 0;
-            for (&f, &x) in qi.iter().zip(qv) {
-                let b = RANK_BLOCK * (f / RANK_SPAN) as usize;
-                let Some(&[below, w0, w1, w2]) = blocks.get(b..b + RANK_BLOCK) else {
-                    continue;
-                };
-                let r = f % RANK_SPAN;
-                let (j, bit) = (r / 32, r % 32);
-                let word = [w0, w1, w2][j as usize];
-                let before = (if j > 0 { w0.count_ones() } else { 0 })
-                    + (if j > 1 { w1.count_ones() } else { 0 })
-                    + (word & ((1u32 << bit) - 1)).count_ones();
-                let p = below as usize + before as usize;
-                pos[found] = p;
-                val[found] = x;
-                // A corrupt count (possible only when opened without the O(weights) checks)
-                // could point past the node's features; such a lookup finds nothing.
-                found += (((word >> bit) & 1) == 1 && p < n_feats) as usize;
-            }
-            for k in 0..found {
-                let p = start + pos[k];
-                range[k] = (self.entry_start[p], self.entry_start[p + 1]);
-            }
-            for k in 0..found {
-                let (a, b) = (range[k].0 as usize, range[k].1 as usize);
-                self.add_range(a, b, val[k], acc);
-            }
+        let mut pos = [0usize; LOOKUP_BLOCK];
+        let mut val = [0f32; LOOKUP_BLOCK];
+        for (qi, qv) in q_idx.chunks(LOOKUP_BLOCK).zip(q_val.chunks(LOOKUP_BLOCK)) {
+            let found = rank_find(blocks, n_feats, qi, qv, &mut pos, &mut val);
+            self.add_found(start, rows, &pos[..found], &val[..found], acc);
         }
     }
 
     /// [`Chunks::score`] by looking each query feature up in the node's hash table.
     ///
     /// The work is split into passes over blocks of query features, each pass making only
-    /// independent memory accesses (all probes, then all entry ranges, then all entries), so that
-    /// their cache misses overlap instead of queueing one behind the other.
+    /// independent memory accesses (all probes, then all entry ranges or rows, then all
+    /// entries), so that their cache misses overlap instead of queueing one behind the other.
     #[inline]
     pub fn score_hash(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
-        const BLOCK: usize = 64;
+        self.hash_lookup(node, self.node_rows(node), q_idx, q_val, acc);
+    }
+
+    /// [`Chunks::score_hash`] with node `node`'s rows already looked up.
+    #[inline]
+    fn hash_lookup(
+        &self,
+        node: usize,
+        rows: &[f32],
+        q_idx: &[u32],
+        q_val: &[f32],
+        acc: &mut [f32],
+    ) {
         let start = self.feat_start[node] as usize;
         let table = &self.hash[self.hash_start[node] as usize..self.hash_start[node + 1] as usize];
         if table.is_empty() {
@@ -628,12 +759,11 @@ where
         let slots = table.len() / 2;
         let mask = slots - 1;
         let n_feats = (self.feat_start[node + 1] as usize).saturating_sub(start);
-        let mut pos = [0u32; BLOCK];
-        let mut val = [0f32; BLOCK];
-        let mut range = [(0u32, 0u32); BLOCK];
-        for (qi, qv) in q_idx.chunks(BLOCK).zip(q_val.chunks(BLOCK)) {
+        let mut pos = [0usize; LOOKUP_BLOCK];
+        let mut val = [0f32; LOOKUP_BLOCK];
+        for (qi, qv) in q_idx.chunks(LOOKUP_BLOCK).zip(q_val.chunks(LOOKUP_BLOCK)) {
             // Pass 1: load every home slot (independent loads, no branches between them).
-            let mut home_slot = [(0u32, 0u32, 0usize); BLOCK];
+            let mut home_slot = [(0u32, 0u32, 0usize); LOOKUP_BLOCK];
             for (k, &f) in qi.iter().enumerate() {
                 let h = home(f, mask);
                 home_slot[k] = (table[2 * h], table[2 * h + 1], h);
@@ -647,7 +777,7 @@ where
                 for _ in 0..slots {
                     if key == f {
                         if (at as usize) < n_feats {
-                            pos[found] = at;
+                            pos[found] = at as usize;
                             val[found] = x;
                             found += 1;
                         }
@@ -661,26 +791,50 @@ where
                     at = table[2 * h + 1];
                 }
             }
-            for k in 0..found {
-                let p = start + pos[k] as usize;
-                range[k] = (self.entry_start[p], self.entry_start[p + 1]);
+            self.add_found(start, rows, &pos[..found], &val[..found], acc);
+        }
+    }
+
+    /// Adds the weights of the features found at positions `pos` (within the node whose
+    /// features start at `start`), times `val`, to `acc`: from `rows` when the node has them,
+    /// else from its entries (first every entry range, then every entry).
+    #[inline]
+    fn add_found(&self, start: usize, rows: &[f32], pos: &[usize], val: &[f32], acc: &mut [f32]) {
+        if !rows.is_empty() {
+            for (&p, &x) in pos.iter().zip(val) {
+                add_row(rows, p, x, acc);
             }
-            for k in 0..found {
-                let (a, b) = (range[k].0 as usize, range[k].1 as usize);
-                self.add_range(a, b, val[k], acc);
-            }
+            return;
+        }
+        let mut range = [(0u32, 0u32); LOOKUP_BLOCK];
+        for (r, &p) in range.iter_mut().zip(pos) {
+            let p = start + p;
+            *r = (self.entry_start[p], self.entry_start[p + 1]);
+        }
+        for (&(a, b), &x) in range.iter().zip(val) {
+            self.add_range(a as usize, b as usize, x, acc);
         }
     }
 
     /// [`Chunks::score`] by one pass over the chunk's features, each looked up in the dense query.
     #[inline]
     pub fn score_scan(&self, node: usize, dense: &[f32], acc: &mut [f32]) {
+        self.scan(node, self.node_rows(node), dense, acc);
+    }
+
+    /// [`Chunks::score_scan`] with node `node`'s rows already looked up.
+    #[inline]
+    fn scan(&self, node: usize, rows: &[f32], dense: &[f32], acc: &mut [f32]) {
         let start = self.feat_start[node] as usize;
         let feats = &self.feat[start..self.feat_start[node + 1] as usize];
         for (p, &f) in feats.iter().enumerate() {
             let x = dense.get(f as usize).copied().unwrap_or(0.0);
             if x != 0.0 {
-                self.add_entries(start + p, x, acc);
+                if rows.is_empty() {
+                    self.add_entries(start + p, x, acc);
+                } else {
+                    add_row(rows, p, x, acc);
+                }
             }
         }
     }
@@ -691,6 +845,7 @@ where
     pub fn score_search(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
         let start = self.feat_start[node] as usize;
         let feats = &self.feat[start..self.feat_start[node + 1] as usize];
+        let rows = self.node_rows(node);
         let mut lo = 0;
         for (&f, &x) in q_idx.iter().zip(q_val) {
             if lo >= feats.len() {
@@ -698,7 +853,11 @@ where
             }
             match feats[lo..].binary_search(&f) {
                 Ok(p) => {
-                    self.add_entries(start + lo + p, x, acc);
+                    if rows.is_empty() {
+                        self.add_entries(start + lo + p, x, acc);
+                    } else {
+                        add_row(rows, lo + p, x, acc);
+                    }
                     lo += p + 1;
                 }
                 Err(p) => lo += p,
@@ -732,6 +891,53 @@ where
     }
 }
 
+/// Looks the query features `qi` (values `qv`, at most [`LOOKUP_BLOCK`]) up in a node's rank
+/// `blocks`, writing the position and value of each one the node holds to `pos` and `val`, and
+/// returns how many it found. Branch-free: an absent feature is written and then not counted.
+#[inline]
+fn rank_find(
+    blocks: &[u32],
+    n_feats: usize,
+    qi: &[u32],
+    qv: &[f32],
+    pos: &mut [usize; LOOKUP_BLOCK],
+    val: &mut [f32; LOOKUP_BLOCK],
+) -> usize {
+    let mut found = 0;
+    for (&f, &x) in qi.iter().zip(qv) {
+        let b = RANK_BLOCK * (f / RANK_SPAN) as usize;
+        let Some(&[below, w0, w1, w2]) = blocks.get(b..b + RANK_BLOCK) else {
+            continue;
+        };
+        let r = f % RANK_SPAN;
+        let (j, bit) = (r / 32, r % 32);
+        let word = [w0, w1, w2][j as usize];
+        let before = (if j > 0 { w0.count_ones() } else { 0 })
+            + (if j > 1 { w1.count_ones() } else { 0 })
+            + (word & ((1u32 << bit) - 1)).count_ones();
+        let p = below as usize + before as usize;
+        // `found` stays below the block size: at most one per query feature of `qi`.
+        pos[found.min(LOOKUP_BLOCK - 1)] = p;
+        val[found.min(LOOKUP_BLOCK - 1)] = x;
+        // A corrupt count (possible only when opened without the O(weights) checks) could
+        // point past the node's features; such a lookup finds nothing.
+        found += (((word >> bit) & 1) == 1 && p < n_feats) as usize;
+    }
+    found
+}
+
+/// Adds row `p` of a node's `rows` (one weight per slot of `acc`) times `x` to `acc`. A row past
+/// the end (only a bundle opened without the O(weights) checks can ask for one) adds nothing.
+#[inline]
+fn add_row(rows: &[f32], p: usize, x: f32, acc: &mut [f32]) {
+    let m = acc.len();
+    if let Some(row) = rows.get(p * m..p * m + m) {
+        for (a, &w) in acc.iter_mut().zip(row) {
+            *a += w * x;
+        }
+    }
+}
+
 /// Whether rank `blocks` count and mark exactly the strictly increasing ids `feats`, and end
 /// with the block of the largest one. One pass over the set bits, without early exits.
 fn rank_matches(blocks: &[u32], feats: &[u32]) -> bool {
@@ -759,6 +965,34 @@ fn rank_matches(blocks: &[u32], feats: &[u32]) -> bool {
     ok && c == feats.len() && last_block[1..].iter().any(|&w| w != 0)
 }
 
+/// Checks per-node offsets that later versions added (`rank_start`, `row_start`) against the
+/// length of the array they index: absent (empty) in a bundle from before them, with an empty
+/// array, or one per node plus one, a valid prefix sum ending at that length.
+fn check_optional_offsets(
+    (name, offsets): (&'static str, &[u32]),
+    (array, len): (&'static str, usize),
+    n_nodes: usize,
+) -> Result<(), ChunkError> {
+    if offsets.is_empty() {
+        return match len {
+            0 => Ok(()),
+            found => Err(ChunkError::Length {
+                array,
+                found,
+                expected: 0,
+            }),
+        };
+    }
+    if offsets.len() != n_nodes + 1 {
+        return Err(ChunkError::Length {
+            array: name,
+            found: offsets.len(),
+            expected: n_nodes + 1,
+        });
+    }
+    check_offsets(name, offsets, len)
+}
+
 fn check_offsets(array: &'static str, offsets: &[u32], end: usize) -> Result<(), ChunkError> {
     if offsets.first() != Some(&0) {
         return Err(ChunkError::Offsets { array, at: 0 });
@@ -779,19 +1013,39 @@ fn check_offsets(array: &'static str, offsets: &[u32], end: usize) -> Result<(),
 mod tests {
     use super::*;
 
-    /// Two nodes with hash tables.
+    /// Two nodes with hash tables, storing entries.
     fn two_nodes() -> ChunksBuilder {
         let mut b = ChunksBuilder::new();
         // Node 0: two outputs. Output 0 uses features 1 and 5, output 1 uses 5 and 7.
-        b.push_node_with(
+        b.push_node_as(
             [(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])],
             IndexChoice::Hash,
+            RowChoice::Entries,
         )
         .unwrap();
         // Node 1: three outputs, output 1 empty.
-        b.push_node_with(
+        b.push_node_as(
             [(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])],
             IndexChoice::Hash,
+            RowChoice::Entries,
+        )
+        .unwrap();
+        b
+    }
+
+    /// The nodes of [`two_nodes`], node 0 on rows and a rank index.
+    fn row_nodes() -> ChunksBuilder {
+        let mut b = ChunksBuilder::new();
+        b.push_node_as(
+            [(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])],
+            IndexChoice::Rank,
+            RowChoice::Smaller,
+        )
+        .unwrap();
+        b.push_node_as(
+            [(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])],
+            IndexChoice::Hash,
+            RowChoice::Smaller,
         )
         .unwrap();
         b
@@ -841,6 +1095,138 @@ mod tests {
     }
 
     #[test]
+    fn builder_lays_out_rows() {
+        let b = row_nodes();
+        // Node 0: 2 outputs over 3 features (6 row weights) against 4 entries (8 values): rows.
+        // Node 1: 3 outputs over 2 features (6) against 2 entries (4): entries.
+        assert_eq!(b.feat, vec![1, 5, 7, 0, 9]);
+        assert_eq!(b.row_start, vec![0, 6, 6]);
+        assert_eq!(b.row_weight, vec![1.0, 0.0, 2.0, 3.0, 0.0, 4.0]);
+        assert_eq!(b.entry_start, vec![0, 0, 0, 0, 1, 2]);
+        assert_eq!(b.entry_out, vec![0, 2]);
+        assert_eq!(b.entry_weight, vec![0.5, -1.0]);
+        assert!(b.has_rows(0) && !b.has_rows(1));
+        b.validate(&[2, 3], 10).unwrap();
+        // The same weights, counted alike in either layout.
+        assert_eq!(b.n_weights(), 6);
+        assert_eq!(two_nodes().n_weights(), 6);
+        let q_idx = [1u32, 5, 7, 9];
+        let q_val = [2.0f32, 1.0, 0.5, 3.0];
+        let (mut rows, mut entries) = (vec![0.0; 2], vec![0.0; 2]);
+        b.score_rank(0, &q_idx, &q_val, &mut rows);
+        two_nodes().score_hash(0, &q_idx, &q_val, &mut entries);
+        assert_eq!(rows, vec![1.0 * 2.0 + 2.0 * 1.0, 3.0 * 1.0 + 4.0 * 0.5]);
+        assert_eq!(rows, entries);
+    }
+
+    #[test]
+    fn rebuilding_moves_weights_between_rows_and_entries() {
+        let rows = row_nodes();
+        let entries = rows
+            .rebuilt_as(&[2, 3], IndexChoice::Hash, RowChoice::Entries)
+            .unwrap();
+        assert_eq!(entries, two_nodes());
+        let back = entries
+            .rebuilt_as(&[2, 3], IndexChoice::Smaller, RowChoice::Smaller)
+            .unwrap();
+        let smaller = row_nodes()
+            .rebuilt_as(&[2, 3], IndexChoice::Smaller, RowChoice::Smaller)
+            .unwrap();
+        assert_eq!(back, smaller);
+        assert_eq!(
+            (back.row_start.clone(), back.row_weight.clone()),
+            (rows.row_start, rows.row_weight)
+        );
+    }
+
+    #[test]
+    fn validate_refuses_bad_rows() {
+        let b = row_nodes();
+        b.validate(&[2, 3], 10).unwrap();
+        let structural = |f: &dyn Fn(&mut ChunksBuilder)| {
+            let mut bad = b.clone();
+            f(&mut bad);
+            bad.validate_structure(&[2, 3])
+        };
+        // Rows one weight short, or for the wrong output count.
+        assert_eq!(
+            structural(&|c| {
+                c.row_weight.pop();
+                c.row_start = vec![0, 5, 5];
+            }),
+            Err(ChunkError::Rows { node: 0 })
+        );
+        let mut three = b.clone();
+        three.feat_start = vec![0, 3, 5];
+        assert_eq!(
+            three.validate_structure(&[3, 3]),
+            Err(ChunkError::Rows { node: 0 })
+        );
+        // Rows on a node that also has entries: the structure is sound (scoring reads only the
+        // rows), the full check refuses it.
+        let mut both = b.clone();
+        both.row_weight.extend([0.0; 6]);
+        both.row_start[2] = 12;
+        both.validate_structure(&[2, 3]).unwrap();
+        assert_eq!(
+            both.validate(&[2, 3], 10),
+            Err(ChunkError::Rows { node: 1 })
+        );
+        // Offsets that run past the rows, or rows without offsets.
+        assert!(matches!(
+            structural(&|c| c.row_start = vec![0, 6, 7]),
+            Err(ChunkError::Offsets { .. })
+        ));
+        assert!(matches!(
+            structural(&|c| c.row_start.clear()),
+            Err(ChunkError::Length {
+                array: "row_weight",
+                ..
+            })
+        ));
+        assert!(matches!(
+            structural(&|c| c.row_start = vec![0, 6]),
+            Err(ChunkError::Length {
+                array: "row_start",
+                ..
+            })
+        ));
+        // A weight that is not finite: the structure is sound, the full check refuses it.
+        for at in 0..b.row_weight.len() {
+            for w in [f32::NAN, f32::INFINITY] {
+                let mut bad = b.clone();
+                bad.row_weight[at] = w;
+                bad.validate_structure(&[2, 3]).unwrap();
+                assert_eq!(
+                    bad.validate(&[2, 3], 10),
+                    Err(ChunkError::Weight { node: 0 })
+                );
+            }
+        }
+        // Chunks without row arrays (bundles from before rows) are valid and use entries.
+        let mut old = two_nodes();
+        old.row_start.clear();
+        old.validate(&[2, 3], 10).unwrap();
+        assert!(!old.has_rows(0));
+    }
+
+    /// Rows whose structure was checked but whose rank counts were not (a bundle opened
+    /// without the O(weights) checks) can point past the rows: scoring adds nothing there.
+    #[test]
+    fn scoring_corrupt_rows_does_not_panic() {
+        let mut b = row_nodes();
+        b.rank[0] = u32::MAX - 1;
+        b.validate_structure(&[2, 3]).unwrap();
+        let mut acc = vec![0.0; 2];
+        b.score_rank(0, &[1, 5, 7], &[1.0, 1.0, 1.0], &mut acc);
+        let dense = vec![1.0; 10];
+        b.score(0, &[1, 5, 7], &[1.0, 1.0, 1.0], &dense, &mut acc);
+        b.score_scan(0, &dense, &mut acc);
+        b.score_search(0, &[1, 5, 7], &[1.0, 1.0, 1.0], &mut acc);
+        assert!(acc.iter().all(|x| x.is_finite()));
+    }
+
+    #[test]
     fn scan_and_search_agree() {
         let b = two_nodes();
         let q_idx = [1u32, 5, 9];
@@ -876,14 +1262,22 @@ mod tests {
             let (outputs, q_idx, q_val) = random_node_and_query(&mut rng, d);
             let mut b = ChunksBuilder::new();
             let outs = || outputs.iter().map(|(i, v)| (&i[..], &v[..]));
-            b.push_node_with(outs(), IndexChoice::Hash).unwrap();
-            b.push_node_with(outs(), IndexChoice::Rank).unwrap();
+            b.push_node_as(outs(), IndexChoice::Hash, RowChoice::Entries)
+                .unwrap();
+            b.push_node_as(outs(), IndexChoice::Rank, RowChoice::Entries)
+                .unwrap();
             b.push_node(outs()).unwrap();
+            b.push_node_as(outs(), IndexChoice::Hash, RowChoice::Rows)
+                .unwrap();
+            b.push_node_as(outs(), IndexChoice::Rank, RowChoice::Rows)
+                .unwrap();
             let m = outputs.len();
-            b.validate(&[m, m, m], d as usize).unwrap();
+            b.validate(&[m; 5], d as usize).unwrap();
             let has_features = outputs.iter().any(|(i, _)| !i.is_empty());
             assert_eq!(b.hash_start[1] > 0, has_features);
             assert_eq!(b.rank_start[2] - b.rank_start[1] > 0, has_features);
+            assert!(!b.has_rows(0) && !b.has_rows(1));
+            assert_eq!(b.has_rows(3) && b.has_rows(4), has_features);
             let mut dense = vec![0.0; d as usize];
             for (&i, &v) in q_idx.iter().zip(&q_val) {
                 dense[i as usize] = v;
@@ -901,11 +1295,24 @@ mod tests {
                     "{a:?} {bb:?} {c:?}"
                 );
             }
-            // Whichever index `Smaller` picks, `score` gives the same answer.
-            let (mut s0, mut s2) = (vec![0.0; m], vec![0.0; m]);
+            // Whichever index and layout `Smaller` picks, `score` gives the same answer. Rows
+            // add the same products in the same order as entries, plus zeros, so every scorer
+            // over rows agrees with its entries twin to the bit (up to the sign of a zero,
+            // which `==` ignores).
+            let mut s0 = vec![0.0; m];
             b.score(0, &q_idx, &q_val, &dense, &mut s0);
-            b.score(2, &q_idx, &q_val, &dense, &mut s2);
-            assert_eq!(s0, s2);
+            for node in 2..5 {
+                let mut sn = vec![0.0; m];
+                b.score(node, &q_idx, &q_val, &dense, &mut sn);
+                assert_eq!(s0, sn, "node {node}");
+            }
+            let (mut ra, mut rb, mut rc, mut rr) =
+                (vec![0.0; m], vec![0.0; m], vec![0.0; m], vec![0.0; m]);
+            b.score_scan(3, &dense, &mut ra);
+            b.score_search(3, &q_idx, &q_val, &mut rb);
+            b.score_hash(3, &q_idx, &q_val, &mut rc);
+            b.score_rank(4, &q_idx, &q_val, &mut rr);
+            assert_eq!((&ra, &rb, &rc, &rr), (&a, &bb, &c, &r));
         }
     }
 
