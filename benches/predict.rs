@@ -12,7 +12,11 @@
 //!    (look each query feature up in the node's hash table), `score_rank` (look it up in the
 //!    node's rank index), and the adaptive `score` the predictor uses (scan for small chunks,
 //!    else the node's index), in ns per node. Hash and rank run on copies of the tree's chunks
-//!    rebuilt with every node on that index, so both see every sampled node.
+//!    rebuilt with every node on that index, so both see every sampled node;
+//! 3. the two weight layouts: the early-stopping search (k = 5) over the tree as stored (rows
+//!    for the nodes where they are smaller) and over a copy with every node on entries,
+//!    alternating query by query, so that both see the same machine; per-query mean, p50 and
+//!    p99 in µs, and each layout's weight bytes.
 //!
 //! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
 
@@ -23,7 +27,8 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions, Prediction, Scratch};
 use xmc::train::{self, Quiet, TrainInputs};
-use xmc::tree::chunk::IndexChoice;
+use xmc::tree::chunk::{Chunks, IndexChoice, RowChoice};
+use xmc::tree::view::{SearchLimits, SearchScratch, TreeArrays};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let n = sorted.len();
@@ -154,5 +159,66 @@ fn main() -> anyhow::Result<()> {
         rank,
         adaptive
     );
+
+    // 3. Rows against entries: the same search over the stored layout and over all entries.
+    let entries = TreeArrays {
+        node_info: arrays.node_info.to_vec(),
+        out_start: arrays.out_start.to_vec(),
+        out_ids: arrays.out_ids.to_vec(),
+        out_bias: arrays.out_bias.to_vec(),
+        chunks: arrays
+            .chunks
+            .rebuilt_as(&n_outputs, IndexChoice::Smaller, RowChoice::Entries)?,
+    };
+    let entries = entries.borrowed();
+    let weight_bytes = |c: &Chunks<&[u32], &[f32]>| {
+        4 * (c.entry_start.len() + c.entry_out.len() + c.entry_weight.len() + c.row_weight.len())
+    };
+    let row_nodes = (0..n_nodes).filter(|&i| arrays.chunks.has_rows(i)).count();
+    let limits = SearchLimits {
+        k: 5,
+        beam: model.meta().beam,
+        deadline: None,
+    };
+    let loss = model.meta().loss;
+    let mut scratch = SearchScratch::default();
+    let (mut t_rows, mut t_entries) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        for (idx, val) in &queries {
+            for (&i, &v) in idx.iter().zip(val) {
+                dense[i as usize] = v;
+            }
+            for (layout, times) in [(&arrays, &mut t_rows), (&entries, &mut t_entries)] {
+                let start = Instant::now();
+                layout.early_stop_search(idx, val, &dense, loss, &limits, &mut scratch);
+                if round > 0 {
+                    times.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                sink += scratch.candidates.first().map_or(0.0, |c| c.1);
+            }
+            for &i in idx {
+                dense[i as usize] = 0.0;
+            }
+        }
+    }
+    for (name, times, bytes) in [
+        (
+            "stored (rows where smaller)",
+            &mut t_rows,
+            weight_bytes(&arrays.chunks),
+        ),
+        ("all entries", &mut t_entries, weight_bytes(&entries.chunks)),
+    ] {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "search over {name}: {} queries, mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs; weights {:.1} MB",
+            times.len(),
+            times.iter().sum::<f64>() / times.len() as f64,
+            percentile(times, 0.5),
+            percentile(times, 0.99),
+            bytes as f64 / 1e6
+        );
+    }
+    println!("{row_nodes} of {n_nodes} nodes store rows (checksum {sink:.3})");
     Ok(())
 }
