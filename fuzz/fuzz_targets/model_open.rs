@@ -4,9 +4,10 @@
 //! full open; a structural open leaves the entries to the bounded scoring loops.
 //!
 //! Seed it with the golden models (`tests/data/golden/model-v1.xmcb` and `model-v2.xmcb`, whose
-//! nodes store weight rows; see the README of this folder): random bytes almost never make a valid model's JSON metadata, while mutations of a real
-//! model reach the tree and chunk checks. As in `bundle_open`, each input is also tried with its
-//! container checksums recomputed, so mutated sections get past the header and table CRCs.
+//! nodes store weight rows; see the README of this folder): random bytes almost never make a
+//! valid model's JSON metadata, while mutations of a real model reach the tree and chunk checks.
+//! As in `bundle_open`, each input is also tried with its container checksums recomputed, so
+//! mutated sections get past the header and table CRCs.
 
 #![no_main]
 

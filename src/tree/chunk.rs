@@ -486,9 +486,10 @@ where
 
     /// The checks that cost O(nodes), not O(weights): array lengths, the per-node offsets of
     /// features, hash tables and rows, each table's size (a power of two above the node's
-    /// feature count), and each row node's row length (features times outputs). After this succeeds, scoring cannot panic or loop whatever the entries
-    /// hold: the scoring functions bound every entry-level index and probe they follow, so a
-    /// corrupt entry costs a wrong score, never a crash (and checksums, when verified, catch it).
+    /// feature count), and each row node's row length (features times outputs). After this
+    /// succeeds, scoring cannot panic or loop whatever the entries and rows hold: the scoring
+    /// functions bound every entry-level index and probe they follow, so a corrupt entry costs a
+    /// wrong score, never a crash (and checksums, when verified, catch it).
     pub fn validate_structure(&self, n_outputs: &[usize]) -> Result<(), ChunkError> {
         let expect_len = |array, found, expected| {
             if found == expected {
@@ -565,8 +566,9 @@ where
     }
 
     /// The O(weights) checks: entry offsets, sorted in-range feature ids, output indexes,
-    /// finite weights (entries and rows), no entries on a row node, every hash slot naming one of its node's features at its position, and
-    /// every rank block counting and marking exactly its node's features.
+    /// finite weights (entries and rows), no entries on a row node, every hash slot naming one
+    /// of its node's features at its position, and every rank block counting and marking
+    /// exactly its node's features.
     fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
         check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
         for node in 0..n_outputs.len() {
