@@ -251,3 +251,25 @@ fn empty_bundle_and_empty_sections_round_trip() {
     bundle.verify_checksums().unwrap();
     assert!(bundle.u32s("none").unwrap().is_empty());
 }
+
+/// Sections that later versions added read as empty from a bundle without them, whatever their
+/// type, and a section of that name with another type is still refused.
+#[test]
+fn optional_sections_read_empty_when_absent_and_keep_their_dtype() {
+    let mut w = BundleWriter::new();
+    w.add_u32("ids", &[1, 2]).unwrap();
+    w.add_f32("weights", &[0.5]).unwrap();
+    let bundle = Bundle::from_bytes(&w.to_bytes().unwrap()).unwrap();
+    assert!(bundle.u32s_or_empty("absent").unwrap().is_empty());
+    assert!(bundle.f32s_or_empty("absent").unwrap().is_empty());
+    assert_eq!(&*bundle.u32s_or_empty("ids").unwrap(), &[1, 2]);
+    assert_eq!(&*bundle.f32s_or_empty("weights").unwrap(), &[0.5]);
+    assert!(matches!(
+        bundle.u32s_or_empty("weights"),
+        Err(xmc::bundle::FormatError::WrongDtype { .. })
+    ));
+    assert!(matches!(
+        bundle.f32s_or_empty("ids"),
+        Err(xmc::bundle::FormatError::WrongDtype { .. })
+    ));
+}

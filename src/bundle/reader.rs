@@ -251,6 +251,18 @@ impl Bundle {
         std::hint::black_box(touched);
     }
 
+    /// [`Bundle::typed`], or an empty section when the bundle has none called `name`.
+    fn typed_or_empty<T: bytemuck::Pod>(
+        &self,
+        name: &str,
+        dtype: Dtype,
+    ) -> Result<Section<T>, FormatError> {
+        if self.section(name).is_none() {
+            return Ok(Section::new(Arc::clone(&self.backing), 0..0));
+        }
+        self.typed(name, dtype)
+    }
+
     fn typed<T: bytemuck::Pod>(&self, name: &str, dtype: Dtype) -> Result<Section<T>, FormatError> {
         let info = self
             .section(name)
@@ -281,10 +293,7 @@ impl Bundle {
     /// sections that later versions added). A section of that name with another dtype is still
     /// refused.
     pub fn u32s_or_empty(&self, name: &str) -> Result<Section<u32>, FormatError> {
-        if self.section(name).is_none() {
-            return Ok(Section::new(Arc::clone(&self.backing), 0..0));
-        }
-        self.u32s(name)
+        self.typed_or_empty(name, Dtype::U32)
     }
 
     /// The `u64` section called `name`, zero-copy.
@@ -300,10 +309,7 @@ impl Bundle {
     /// The `f32` section called `name`, or an empty one when the bundle has no such section (as
     /// [`Bundle::u32s_or_empty`]).
     pub fn f32s_or_empty(&self, name: &str) -> Result<Section<f32>, FormatError> {
-        if self.section(name).is_none() {
-            return Ok(Section::new(Arc::clone(&self.backing), 0..0));
-        }
-        self.f32s(name)
+        self.typed_or_empty(name, Dtype::F32)
     }
 
     /// The raw text of the `json` section called `name`.
