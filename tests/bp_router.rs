@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{load, p_at_1, p_at_1_with, train_with};
+use common::{load, p_at_1, p_at_1_with, rechunk, train_with};
 use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
 use xmc::model::{Model, ModelError, PredictOptions};
@@ -137,15 +137,6 @@ fn bad_bp_sections_are_refused_at_open() {
     assert!(open(&good).is_ok());
 }
 
-/// Stores every node of `tree` as entries, whatever the size rule would choose.
-fn on_entries(tree: &mut xmc::tree::view::TreeArrays<Vec<u32>, Vec<f32>>) {
-    let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
-    tree.chunks = tree
-        .chunks
-        .rebuilt_as(&outs, IndexChoice::Smaller, RowChoice::Entries)
-        .unwrap();
-}
-
 #[test]
 fn a_structural_open_leaves_bp_weight_entries_to_verify() {
     let train = load("Corel5k", "train");
@@ -155,7 +146,7 @@ fn a_structural_open_leaves_bp_weight_entries_to_verify() {
         // its weights in rows: rebuilt on entries first, which scoring reads the same way).
         |t| {
             let router = &mut t.bp.as_mut().unwrap().router;
-            on_entries(router);
+            rechunk(router, IndexChoice::Smaller, RowChoice::Entries);
             let out = &mut router.chunks.entry_out;
             *out.last_mut().unwrap() = 1000;
         },
@@ -168,7 +159,7 @@ fn a_structural_open_leaves_bp_weight_entries_to_verify() {
         // A block's entry names a label outside its cluster (on entries first, as above).
         |t| {
             let tree = &mut t.bp.as_mut().unwrap().blocks[1].tree;
-            on_entries(tree);
+            rechunk(tree, IndexChoice::Smaller, RowChoice::Entries);
             tree.chunks.entry_out[0] = 100_000;
         },
         // Every weight of a block not finite, in whichever layout it stores them.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{load, p_at_1, train_with, vendored};
+use common::{load, p_at_1, rechunk, train_with, vendored};
 use std::path::Path;
 use std::process::Command;
 use xmc::bundle::{Bundle, OpenOptions};
@@ -12,7 +12,7 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
 use xmc::train::{self, Quiet, TrainInputs, Trained};
-use xmc::tree::chunk::IndexChoice;
+use xmc::tree::chunk::{IndexChoice, RowChoice};
 
 #[test]
 fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
@@ -291,8 +291,7 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
         |t| {
             // Corel5k's few features put every node on a rank index: rebuild on hash tables.
             let tree = &mut t.trees[0];
-            let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
-            tree.chunks = tree.chunks.rebuilt(&outs, IndexChoice::Hash).unwrap();
+            rechunk(tree, IndexChoice::Hash, RowChoice::Smaller);
             let h = &mut tree.chunks.hash;
             assert!(!h.is_empty());
             h.chunks_exact_mut(2).for_each(|s| s[0] = u32::MAX - 1);
@@ -369,7 +368,6 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
 /// the same answers, labels and scores alike, with early stopping and without.
 #[test]
 fn rows_and_entries_answer_alike_on_real_data() {
-    use xmc::tree::chunk::RowChoice;
     let train = load("Corel5k", "train");
     let test = load("Corel5k", "test");
     let trained = train_with(&train, &["max_leaf=20"]);
@@ -382,11 +380,7 @@ fn rows_and_entries_answer_alike_on_real_data() {
     }
     let mut as_entries = train_with(&train, &["max_leaf=20"]);
     let tree = &mut as_entries.trees[0];
-    let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
-    tree.chunks = tree
-        .chunks
-        .rebuilt_as(&outs, IndexChoice::Smaller, RowChoice::Entries)
-        .unwrap();
+    rechunk(tree, IndexChoice::Smaller, RowChoice::Entries);
     assert!(tree.chunks.row_weight.is_empty());
     assert_eq!(tree.chunks.n_weights(), trained.trees[0].chunks.n_weights());
     let open =

@@ -7,6 +7,8 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
 use xmc::train::{self, Quiet, TrainInputs, Trained};
+use xmc::tree::chunk::{IndexChoice, RowChoice};
+use xmc::tree::view::TreeArrays;
 
 /// The path of a vendored split, e.g. `vendored("Corel5k", "train")`.
 pub fn vendored(set: &str, split: &str) -> PathBuf {
@@ -28,6 +30,14 @@ pub fn train_with(ds: &Dataset, overrides: &[&str]) -> Trained {
     let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     let cfg = TrainConfig::load(None, &overrides).unwrap();
     train::train(ds, &cfg, TrainInputs::default(), &Quiet).unwrap()
+}
+
+/// Rebuilds every node of a trained `tree` with the feature index `index` and the weight layout
+/// `rows`, whatever the trainer's size rules chose (the same weights, as the tests that corrupt
+/// one kind of array need it present).
+pub fn rechunk(tree: &mut TreeArrays<Vec<u32>, Vec<f32>>, index: IndexChoice, rows: RowChoice) {
+    let outs: Vec<usize> = (0..tree.n_nodes()).map(|i| tree.outputs(i).len()).collect();
+    tree.chunks = tree.chunks.rebuilt_as(&outs, index, rows).unwrap();
 }
 
 /// P@1 of `model` on `ds` with the default prediction options.
