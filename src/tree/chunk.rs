@@ -1015,42 +1015,31 @@ fn check_offsets(array: &'static str, offsets: &[u32], end: usize) -> Result<(),
 mod tests {
     use super::*;
 
-    /// Two nodes with hash tables, storing entries.
-    fn two_nodes() -> ChunksBuilder {
+    /// Two nodes, each built with its (index, layout) from `layouts`. Node 0 has two outputs:
+    /// output 0 uses features 1 and 5, output 1 uses 5 and 7. Node 1 has three outputs, output 1
+    /// empty.
+    fn nodes_as(layouts: [(IndexChoice, RowChoice); 2]) -> ChunksBuilder {
+        let node0 = [(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])];
+        let node1 = [(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])];
         let mut b = ChunksBuilder::new();
-        // Node 0: two outputs. Output 0 uses features 1 and 5, output 1 uses 5 and 7.
-        b.push_node_as(
-            [(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])],
-            IndexChoice::Hash,
-            RowChoice::Entries,
-        )
-        .unwrap();
-        // Node 1: three outputs, output 1 empty.
-        b.push_node_as(
-            [(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])],
-            IndexChoice::Hash,
-            RowChoice::Entries,
-        )
-        .unwrap();
+        let [(i0, r0), (i1, r1)] = layouts;
+        b.push_node_as(node0, i0, r0).unwrap();
+        b.push_node_as(node1, i1, r1).unwrap();
         b
     }
 
-    /// The nodes of [`two_nodes`], node 0 on rows and a rank index.
+    /// The two nodes with hash tables, storing entries.
+    fn two_nodes() -> ChunksBuilder {
+        nodes_as([(IndexChoice::Hash, RowChoice::Entries); 2])
+    }
+
+    /// The same two nodes, node 0 on a rank index, both on the layout the size rule picks (rows
+    /// for node 0, entries for node 1).
     fn row_nodes() -> ChunksBuilder {
-        let mut b = ChunksBuilder::new();
-        b.push_node_as(
-            [(&[1u32, 5][..], &[1.0f32, 2.0][..]), (&[5, 7], &[3.0, 4.0])],
-            IndexChoice::Rank,
-            RowChoice::Smaller,
-        )
-        .unwrap();
-        b.push_node_as(
-            [(&[0u32][..], &[0.5f32][..]), (&[], &[]), (&[9], &[-1.0])],
-            IndexChoice::Hash,
-            RowChoice::Smaller,
-        )
-        .unwrap();
-        b
+        nodes_as([
+            (IndexChoice::Rank, RowChoice::Smaller),
+            (IndexChoice::Hash, RowChoice::Smaller),
+        ])
     }
 
     /// Sparse vectors: each output's (feature ids, weights).
