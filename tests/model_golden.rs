@@ -24,28 +24,30 @@ use xmc::bundle::OpenOptions;
 use xmc::data::LabelId;
 use xmc::model::{Model, PredictOptions};
 
-fn golden() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/model-v1.xmcb")
-}
-
-fn golden_v2() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/model-v2.xmcb")
-}
-
-#[test]
-fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
+/// Opens the golden tiny model written by format `version`, verifying every checksum and
+/// weight, and checks what every version of it holds: its name, shape, content version
+/// `content`, seven nodes and no names.
+fn open_golden(version: u32, content: &str) -> Model {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/golden/model-v{version}.xmcb"));
     let options = OpenOptions {
         verify_checksums: true,
         ..OpenOptions::default()
     };
-    let model = Model::open(&golden(), &options).unwrap();
+    let model = Model::open(&path, &options).unwrap();
+    assert_eq!(model.bundle().format_version(), version);
     let meta = model.meta();
     assert_eq!(meta.name, "tiny");
     assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
-    assert_eq!(meta.version, "1ce2555b99d18f7f");
+    assert_eq!(meta.version, content);
     assert_eq!(model.trees()[0].n_nodes(), 7);
     assert!(model.label_names().is_none() && model.feature_names().is_none());
+    model
+}
 
+#[test]
+fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
+    let model = open_golden(1, "1ce2555b99d18f7f");
     assert_recorded(&model, [0.544_467_1, 0.460_923_22, 0.249_387_2]);
 }
 
@@ -68,18 +70,8 @@ fn assert_recorded(model: &Model, scores: [f32; 3]) {
 
 #[test]
 fn golden_model_v2_opens_verifies_and_predicts_from_rows_as_recorded() {
-    let options = OpenOptions {
-        verify_checksums: true,
-        ..OpenOptions::default()
-    };
-    let model = Model::open(&golden_v2(), &options).unwrap();
-    assert_eq!(model.bundle().format_version(), 2);
-    let meta = model.meta();
-    assert_eq!(meta.name, "tiny");
-    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
-    assert_eq!(meta.version, "3c7c53297693df73");
+    let model = open_golden(2, "3c7c53297693df73");
     let tree = &model.trees()[0];
-    assert_eq!(tree.n_nodes(), 7);
     // Every node has at most two outputs, so every node with features stores rows, not entries.
     assert!(tree.chunks.entry_weight.is_empty());
     for node in 0..tree.n_nodes() {
