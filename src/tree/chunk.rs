@@ -813,6 +813,16 @@ where
             let p = start + p;
             *r = (self.entry_start[p], self.entry_start[p + 1]);
         }
+        let range = &range[..pos.len()];
+        // Touch the first output and weight of every range before adding any: independent loads
+        // whose cache misses overlap. The adds below branch on each loaded output, which keeps
+        // the processor from running far ahead into the next range's misses.
+        let touched = range.iter().fold(0u32, |t, &(a, _)| {
+            let a = a as usize;
+            t ^ self.entry_out.get(a).copied().unwrap_or(0)
+                ^ self.entry_weight.get(a).map_or(0, |w| w.to_bits())
+        });
+        std::hint::black_box(touched);
         for (&(a, b), &x) in range.iter().zip(val) {
             self.add_range(a as usize, b as usize, x, acc);
         }
