@@ -321,14 +321,19 @@ pub fn markdown(r: &Report) -> String {
         }
         m.push('\n');
     }
-    let pred = r.max_rate.iter().find(|x| x.endpoint == "predict");
-    let health = r.max_rate.iter().find(|x| x.endpoint == "healthz");
-    if let (Some(p), Some(h)) = (pred, health)
-        && h.max_rate > 0.0
-    {
+    // One share per model: its `/v1/predict` against the `/healthz` of the same server.
+    for p in r.max_rate.iter().filter(|x| x.endpoint == "predict") {
+        let health = r
+            .max_rate
+            .iter()
+            .find(|x| x.endpoint == "healthz" && x.label == p.label);
+        let Some(h) = health.filter(|h| h.max_rate > 0.0) else {
+            continue;
+        };
         let _ = writeln!(
             m,
-            "`/v1/predict` max rate is {}{:.0}% of `/healthz`'s ({:.0} / {:.0} req/s{}).\n",
+            "{}: `/v1/predict` max rate is {}{:.0}% of `/healthz`'s ({:.0} / {:.0} req/s{}).\n",
+            p.label,
             if h.at_ceiling { "at most " } else { "" },
             100.0 * p.max_rate / h.max_rate,
             p.max_rate,
@@ -589,4 +594,57 @@ pub fn write(r: &Report, out: &Path) -> anyhow::Result<()> {
         max_rate_plot(r, out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search(label: &str, endpoint: &str, max_rate: f64) -> MaxRateReport {
+        MaxRateReport {
+            label: label.into(),
+            endpoint: endpoint.into(),
+            target_p99_ms: 10.0,
+            steps: Vec::new(),
+            max_rate,
+            at_ceiling: false,
+            half: None,
+        }
+    }
+
+    /// Each model's `/v1/predict` is set against the `/healthz` of its own server.
+    #[test]
+    fn every_model_gets_its_own_share_of_the_http_floor() {
+        let r = Report {
+            title: "t".into(),
+            kind: Kind::MaxRate,
+            load: LoadSpec::default(),
+            data: "d".into(),
+            queries: 1,
+            k: 5,
+            partial: false,
+            error: None,
+            loadavg_start: None,
+            loadavg_end: None,
+            cpus: 2,
+            dvl: Vec::new(),
+            dvl_rounds: None,
+            max_rate: vec![
+                search("a", "predict", 18000.0),
+                search("a", "healthz", 32000.0),
+                search("b", "predict", 14000.0),
+                search("b", "healthz", 28000.0),
+            ],
+            hot_swap: None,
+        };
+        let md = markdown(&r);
+        assert!(
+            md.contains("a: `/v1/predict` max rate is 56% of `/healthz`'s (18000 / 32000 req/s)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("b: `/v1/predict` max rate is 50% of `/healthz`'s (14000 / 28000 req/s)"),
+            "{md}"
+        );
+    }
 }
