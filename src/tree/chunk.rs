@@ -813,7 +813,7 @@ where
             let p = start + p;
             *r = (self.entry_start[p], self.entry_start[p + 1]);
         }
-        let range = &range[..pos.len()];
+        let range = &range[..pos.len().min(LOOKUP_BLOCK)];
         // Touch the first output and weight of every range before adding any: independent loads
         // whose cache misses overlap. The adds below branch on each loaded output, which keeps
         // the processor from running far ahead into the next range's misses.
