@@ -341,17 +341,31 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
         if ctx.cancel.is_cancelled() {
             break;
         }
-        let mut srv = ctx.model_server(m).await?;
         for ep in &mr.endpoints {
             if ctx.cancel.is_cancelled() {
                 break;
             }
             eprintln!("max rate: {} {ep}", m.label);
-            let target = if ep == "healthz" {
-                health_target(&srv.url)?
-            } else {
-                predict_target(&srv.url, q)?
+            let target_of = |url: &str| {
+                if ep == "healthz" {
+                    health_target(url)
+                } else {
+                    predict_target(url, q)
+                }
             };
+            // The search overloads its server on purpose, and an overloaded server keeps the
+            // heap of its queued connections (ARCHITECTURE.md, "Throughput against the HTTP
+            // floor"). So, as in the hot-swap scenario, a started model gets a fresh server for
+            // each search and another for the run at half the max rate.
+            let server = |phase: &str| {
+                let tag = format!("{}-{ep}{phase}", safe_tag(&m.label));
+                async move {
+                    ctx.server_for(m.bundle.as_deref(), m.url.as_deref(), &tag, &[])
+                        .await
+                }
+            };
+            let mut srv = server("").await?;
+            let target = target_of(&srv.url)?;
             let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await;
             let mut entry = MaxRateReport {
                 label: m.label.clone(),
@@ -363,6 +377,11 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                 half: None,
             };
             if mr.half_s > 0.0 && max > 0.0 && !ctx.cancel.is_cancelled() {
+                if m.bundle.is_some() {
+                    srv.stop();
+                    srv = server("-half").await?;
+                }
+                let target = target_of(&srv.url)?;
                 let la = loadavg();
                 let mut spec = ctx.spec(max / 2.0, mr.half_s, false, 0);
                 spec.max_requests = None;
@@ -392,8 +411,8 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
             }
             rep.max_rate.push(entry);
             report::write(rep, &ctx.out)?;
+            srv.stop();
         }
-        srv.stop();
     }
     Ok(())
 }
