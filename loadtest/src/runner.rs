@@ -73,12 +73,17 @@ impl Ctx {
         .await
     }
 
-    /// The server of one `[[models]]` entry: started on its bundle, or found at its URL.
-    async fn model_server(&self, m: &crate::scenario::ModelSpec) -> anyhow::Result<Server> {
+    /// The server of one `[[models]]` entry: started on its bundle, or found at its URL. A
+    /// started one logs to `serve-{label}{phase}.log`.
+    async fn model_server(
+        &self,
+        m: &crate::scenario::ModelSpec,
+        phase: &str,
+    ) -> anyhow::Result<Server> {
         self.server_for(
             m.bundle.as_deref(),
             m.url.as_deref(),
-            &safe_tag(&m.label),
+            &format!("{}{phase}", safe_tag(&m.label)),
             &[],
         )
         .await
@@ -181,7 +186,7 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
     let models = &ctx.scenario.models;
     let mut servers = Vec::with_capacity(models.len());
     for m in models {
-        servers.push(ctx.model_server(m).await?);
+        servers.push(ctx.model_server(m, "").await?);
     }
     let targets = servers
         .iter()
@@ -357,14 +362,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
             // heap of its queued connections (ARCHITECTURE.md, "Throughput against the HTTP
             // floor"). So, as in the hot-swap scenario, a started model gets a fresh server for
             // each search and another for the run at half the max rate.
-            let server = |phase: &str| {
-                let tag = format!("{}-{ep}{phase}", safe_tag(&m.label));
-                async move {
-                    ctx.server_for(m.bundle.as_deref(), m.url.as_deref(), &tag, &[])
-                        .await
-                }
-            };
-            let mut srv = server("").await?;
+            let mut srv = ctx.model_server(m, &format!("-{ep}")).await?;
             let target = target_of(&srv.url)?;
             let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await;
             let mut entry = MaxRateReport {
@@ -377,10 +375,8 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                 half: None,
             };
             if mr.half_s > 0.0 && max > 0.0 && !ctx.cancel.is_cancelled() {
-                if m.bundle.is_some() {
-                    srv.stop();
-                    srv = server("-half").await?;
-                }
+                srv.stop();
+                srv = ctx.model_server(m, &format!("-{ep}-half")).await?;
                 let target = target_of(&srv.url)?;
                 let la = loadavg();
                 let mut spec = ctx.spec(max / 2.0, mr.half_s, false, 0);
