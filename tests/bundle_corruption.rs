@@ -206,13 +206,13 @@ fn future_format_version_says_how_to_fix_it() {
         FormatError::UnsupportedVersion {
             found: 7,
             min: 1,
-            max: 2,
+            max: 3,
             ..
         }
     ));
     assert_eq!(
         err.to_string(),
-        "this bundle is format version 7; this xmc reads versions 1-2: upgrade xmc or re-train \
+        "this bundle is format version 7; this xmc reads versions 1-3: upgrade xmc or re-train \
          the model"
     );
 }
@@ -359,22 +359,39 @@ fn unknown_dtype_is_rejected() {
 }
 
 #[test]
-fn length_not_a_multiple_of_the_element_is_rejected() {
+fn a_dtype_newer_than_the_files_version_is_rejected() {
+    // Section 3 ("raw", 12 bytes) relabelled `u8` (tag 6, from version 3 on) opens in a
+    // version-3 file and is refused in a version-2 one, whose writer could not have written it.
     let mut b = sample();
-    put_u64(&mut b, entry_at(2) + 48, 23);
+    b[entry_at(3) + 32..entry_at(3) + 36].copy_from_slice(&6u32.to_le_bytes());
+    reseal(&mut b);
+    let bundle = Bundle::from_bytes(&b).unwrap();
+    assert_eq!(&*bundle.u8s("raw").unwrap(), b"hello bundle");
+    b[12..16].copy_from_slice(&2u32.to_le_bytes());
     reseal(&mut b);
     let err = open_err(&b);
     assert!(
-        matches!(
-            err,
-            FormatError::LengthNotMultiple {
-                len: 23,
-                size: 8,
-                ..
-            }
-        ),
+        matches!(err, FormatError::UnknownDtype { tag: 6, .. }),
         "{err}"
     );
+}
+
+#[test]
+fn length_not_a_multiple_of_the_element_is_rejected() {
+    // Section 2 (`u64`) cut to 23 bytes, and section 3 relabelled `u16` (tag 7) and cut to 11.
+    for (section, tag, len, size) in [(2, None, 23, 8), (3, Some(7u32), 11, 2)] {
+        let mut b = sample();
+        if let Some(tag) = tag {
+            b[entry_at(section) + 32..entry_at(section) + 36].copy_from_slice(&tag.to_le_bytes());
+        }
+        put_u64(&mut b, entry_at(section) + 48, len);
+        reseal(&mut b);
+        let err = open_err(&b);
+        assert!(
+            matches!(err, FormatError::LengthNotMultiple { len: l, size: s, .. } if l == len && s == size),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -34,6 +34,8 @@ fn exercise(data: &[u8]) {
             Dtype::U32 => bundle
                 .u32s(name)
                 .map(|s| s.iter().fold(0usize, |a, &x| a.wrapping_add(x as usize))),
+            Dtype::U8 => bundle.u8s(name).map(|s| s.len()),
+            Dtype::U16 => bundle.u16s(name).map(|s| s.len()),
             Dtype::U64 => bundle.u64s(name).map(|s| s.len()),
             Dtype::F32 => bundle.f32s(name).map(|s| s.len()),
             Dtype::Json => bundle.json::<serde_json::Value>(name).map(|_| 0),

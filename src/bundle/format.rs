@@ -19,13 +19,13 @@ pub const FOOTER_MAGIC: [u8; 8] = *b"\x1a\n\r\0BCMX";
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
 
 /// The format version this code writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest format version this code reads.
 pub const MIN_READ_VERSION: u32 = 1;
 
 /// The newest format version this code reads.
-pub const MAX_READ_VERSION: u32 = 2;
+pub const MAX_READ_VERSION: u32 = 3;
 
 /// Every section, the section table and the footer start at a multiple of this many bytes.
 pub const ALIGN: u64 = 64;
@@ -58,6 +58,10 @@ pub enum Dtype {
     F32,
     /// UTF-8 JSON text.
     Json,
+    /// `u8` values (format version 3 on).
+    U8,
+    /// Little-endian `u16` values (format version 3 on).
+    U16,
 }
 
 impl Dtype {
@@ -69,6 +73,8 @@ impl Dtype {
             Dtype::U64 => 3,
             Dtype::F32 => 4,
             Dtype::Json => 5,
+            Dtype::U8 => 6,
+            Dtype::U16 => 7,
         }
     }
 
@@ -80,14 +86,25 @@ impl Dtype {
             3 => Some(Dtype::U64),
             4 => Some(Dtype::F32),
             5 => Some(Dtype::Json),
+            6 => Some(Dtype::U8),
+            7 => Some(Dtype::U16),
             _ => None,
+        }
+    }
+
+    /// The first format version with this dtype; an older file that names it is refused.
+    pub const fn since(self) -> u32 {
+        match self {
+            Dtype::U8 | Dtype::U16 => 3,
+            Dtype::Bytes | Dtype::U32 | Dtype::U64 | Dtype::F32 | Dtype::Json => 1,
         }
     }
 
     /// The size of one element; a section's byte length must be a multiple of it.
     pub const fn elem_size(self) -> u64 {
         match self {
-            Dtype::Bytes | Dtype::Json => 1,
+            Dtype::Bytes | Dtype::Json | Dtype::U8 => 1,
+            Dtype::U16 => 2,
             Dtype::U32 | Dtype::F32 => 4,
             Dtype::U64 => 8,
         }
@@ -101,6 +118,8 @@ impl Dtype {
             Dtype::U64 => "u64",
             Dtype::F32 => "f32",
             Dtype::Json => "json",
+            Dtype::U8 => "u8",
+            Dtype::U16 => "u16",
         }
     }
 }
@@ -297,11 +316,13 @@ mod tests {
             Dtype::U64,
             Dtype::F32,
             Dtype::Json,
+            Dtype::U8,
+            Dtype::U16,
         ] {
             assert_eq!(Dtype::from_tag(d.tag()), Some(d));
         }
         assert_eq!(Dtype::from_tag(0), None);
-        assert_eq!(Dtype::from_tag(6), None);
+        assert_eq!(Dtype::from_tag(8), None);
     }
 
     #[test]

@@ -8,11 +8,11 @@
 //!
 //! - [`BundleWriter`] collects sections and writes them deterministically and atomically.
 //! - [`Bundle`] maps a file (or copies bytes into an aligned buffer), validates its structure in
-//!   O(number of sections), and hands out [`Section`]s: zero-copy `&[u32]`/`&[u64]`/`&[f32]`/
-//!   `&[u8]` views that hold an `Arc` of the bytes and so outlive the `Bundle`.
+//!   O(number of sections), and hands out [`Section`]s: zero-copy `&[u8]`/`&[u16]`/`&[u32]`/
+//!   `&[u64]`/`&[f32]` views that hold an `Arc` of the bytes and so outlive the `Bundle`.
 //! - [`FormatError`] says what is wrong and where.
 //!
-//! # Byte layout, format versions 1 and 2
+//! # Byte layout, format versions 1 to 3
 //!
 //! All integers are little-endian. Offsets are absolute file offsets.
 //!
@@ -21,7 +21,7 @@
 //! | **header** | | |
 //! | 0 | 8 | magic `58 4d 43 42 00 0d 0a 1a` (`b"XMCB\0\r\n\x1a"`) |
 //! | 8 | 4 | endianness mark `0x01020304` (bytes `04 03 02 01`) |
-//! | 12 | 4 | format version, `1` or `2` |
+//! | 12 | 4 | format version, `1`, `2` or `3` |
 //! | 16 | 4 | section count `n` |
 //! | 20 | 4 | flags, `0` |
 //! | 24 | 8 | file length in bytes |
@@ -30,10 +30,10 @@
 //! | 60 | 4 | CRC32 of header bytes `0..60` |
 //! | **section table**, `n` entries of 64 bytes from offset 64; entry `i` at `64 + 64i` | | |
 //! | +0 | 32 | name: 1 to 32 printable ASCII bytes (`0x21..=0x7e`), NUL-padded; unique |
-//! | +32 | 4 | dtype tag: 1 `bytes`, 2 `u32`, 3 `u64`, 4 `f32`, 5 `json` (UTF-8) |
+//! | +32 | 4 | dtype tag: 1 `bytes`, 2 `u32`, 3 `u64`, 4 `f32`, 5 `json` (UTF-8); from version 3 also 6 `u8`, 7 `u16` |
 //! | +36 | 4 | CRC32 of the section's bytes (padding excluded) |
 //! | +40 | 8 | offset of the section: a multiple of 64, at or after `align64(64 + 64n)` |
-//! | +48 | 8 | length in bytes: a multiple of the element size (4 for `u32`/`f32`, 8 for `u64`) |
+//! | +48 | 8 | length in bytes: a multiple of the element size (2 for `u16`, 4 for `u32`/`f32`, 8 for `u64`) |
 //! | +56 | 8 | reserved, zero |
 //! | **sections**, from `align64(64 + 64n)` | | |
 //! | | | each section's bytes, followed by zero padding to the next multiple of 64 |
@@ -57,6 +57,11 @@
 //! has version 1's byte layout; it came with the label trees' weight rows (`*.chunk.row_*`
 //! sections), which a reader from before them would skip, scoring the nodes that use them
 //! without their weights. Such a reader refuses version 2 instead, and says to upgrade.
+//!
+//! Version 3 has the same layout and two more dtypes, `u8` and `u16`: a label tree's entry
+//! outputs (`*.chunk.entry_out`) are written at the narrowest of `u8`, `u16` and `u32` that holds
+//! them. A version-2 reader would refuse the new tags as unknown; refusing version 3 says why.
+//! A file of an older version that names a newer dtype is refused as well.
 //!
 //! # What is checked when
 //!

@@ -296,6 +296,16 @@ impl Bundle {
         self.typed_or_empty(name, Dtype::U32)
     }
 
+    /// The `u8` section called `name`, zero-copy.
+    pub fn u8s(&self, name: &str) -> Result<Section<u8>, FormatError> {
+        self.typed(name, Dtype::U8)
+    }
+
+    /// The `u16` section called `name`, zero-copy.
+    pub fn u16s(&self, name: &str) -> Result<Section<u16>, FormatError> {
+        self.typed(name, Dtype::U16)
+    }
+
     /// The `u64` section called `name`, zero-copy.
     pub fn u64s(&self, name: &str) -> Result<Section<u64>, FormatError> {
         self.typed(name, Dtype::U64)
@@ -395,7 +405,13 @@ fn validate(bytes: &[u8]) -> Result<Validated, FormatError> {
             .position(|&b| b == 0)
             .unwrap_or(MAX_NAME_LEN);
         let name_bytes = &name_field[..name_len];
-        let info = check_entry(index, &entry, name_bytes, data_start, footer_start)?;
+        let info = check_entry(
+            index,
+            &entry,
+            name_bytes,
+            header.version,
+            data_start..footer_start,
+        )?;
         if let Some(first) = by_name.insert(info.name.clone(), index) {
             return Err(FormatError::DuplicateName {
                 name: info.name,
@@ -499,13 +515,15 @@ fn check_footer(bytes: &[u8], table_end: usize) -> Result<(), FormatError> {
     Ok(())
 }
 
+/// Checks table entry `index` of a file of format `version`, whose sections must lie in `data`.
 fn check_entry(
     index: usize,
     entry: &Entry,
     name_bytes: &[u8],
-    data_start: u64,
-    data_end: u64,
+    version: u32,
+    data: std::ops::Range<u64>,
 ) -> Result<SectionInfo, FormatError> {
+    let (data_start, data_end) = (data.start, data.end);
     let name = String::from_utf8_lossy(name_bytes).into_owned();
     let padding_is_zero = entry.name[name_bytes.len()..].iter().all(|&b| b == 0);
     let reason = name_problem(name_bytes)
@@ -517,7 +535,7 @@ fn check_entry(
             reason,
         });
     }
-    let Some(dtype) = Dtype::from_tag(entry.dtype_tag) else {
+    let Some(dtype) = Dtype::from_tag(entry.dtype_tag).filter(|d| d.since() <= version) else {
         return Err(FormatError::UnknownDtype {
             name,
             tag: entry.dtype_tag,

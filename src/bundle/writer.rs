@@ -111,6 +111,20 @@ impl<'a> BundleWriter<'a> {
         self.add(name, Dtype::U32, Cow::Borrowed(le_bytes(data)))
     }
 
+    /// Adds a section of `u8` values (format version 3 on).
+    pub fn add_u8(&mut self, name: &str, data: Cow<'a, [u8]>) -> Result<&mut Self, FormatError> {
+        self.add(name, Dtype::U8, data)
+    }
+
+    /// Adds a section of `u16` values (format version 3 on).
+    pub fn add_u16(&mut self, name: &str, data: Cow<'a, [u16]>) -> Result<&mut Self, FormatError> {
+        let bytes = match data {
+            Cow::Borrowed(d) => Cow::Borrowed(le_bytes(d)),
+            Cow::Owned(d) => Cow::Owned(le_bytes(&d).to_vec()),
+        };
+        self.add(name, Dtype::U16, bytes)
+    }
+
     /// Adds a section of `u64` values.
     pub fn add_u64(&mut self, name: &str, data: &'a [u64]) -> Result<&mut Self, FormatError> {
         self.add(name, Dtype::U64, Cow::Borrowed(le_bytes(data)))
