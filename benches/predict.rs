@@ -16,7 +16,10 @@
 //! 3. the two weight layouts: the early-stopping search (k = 5) over the tree as stored (rows
 //!    for the nodes where they are smaller) and over a copy with every node on entries,
 //!    alternating query by query, so that both see the same machine; per-query mean, p50 and
-//!    p99 in µs, and each layout's weight bytes.
+//!    p99 in µs, and each layout's weight bytes;
+//! 4. `predict_into` (k = 5) on cold caches: after a 16 MB or a 64 MB sweep before each query,
+//!    over the first 2000 test points; with `XMC_BENCH_COMPARE` set to a second bundle, the two
+//!    alternate query by query (an A/B of two bundle layouts in one run).
 //!
 //! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
 
@@ -27,7 +30,7 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions, Prediction, Scratch};
 use xmc::train::{self, Quiet, TrainInputs};
-use xmc::tree::chunk::{Chunks, IndexChoice, RowChoice};
+use xmc::tree::chunk::{Chunks, IndexChoice, OutSlice, RowChoice};
 use xmc::tree::view::{SearchLimits, SearchScratch, TreeArrays};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -161,18 +164,22 @@ fn main() -> anyhow::Result<()> {
     );
 
     // 3. Rows against entries: the same search over the stored layout and over all entries.
-    let entries = TreeArrays {
-        node_info: arrays.node_info.to_vec(),
-        out_start: arrays.out_start.to_vec(),
-        out_ids: arrays.out_ids.to_vec(),
-        out_bias: arrays.out_bias.to_vec(),
-        chunks: arrays
+    // The entries' outputs at the narrowest width, as a bundle would store them.
+    let all_entries =
+        arrays
             .chunks
-            .rebuilt_as(&n_outputs, IndexChoice::Smaller, RowChoice::Entries)?,
+            .rebuilt_as(&n_outputs, IndexChoice::Smaller, RowChoice::Entries)?;
+    let entries = TreeArrays {
+        node_info: arrays.node_info,
+        out_start: arrays.out_start,
+        out_ids: arrays.out_ids,
+        out_bias: arrays.out_bias,
+        chunks: all_entries.narrowed(),
     };
     let entries = entries.borrowed();
-    let weight_bytes = |c: &Chunks<&[u32], &[f32]>| {
-        4 * (c.entry_start.len() + c.entry_out.len() + c.entry_weight.len() + c.row_weight.len())
+    let weight_bytes = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>| {
+        4 * (c.entry_start.len() + c.entry_weight.len() + c.row_weight.len())
+            + c.entry_out.byte_len()
     };
     let row_nodes = (0..n_nodes).filter(|&i| arrays.chunks.has_rows(i)).count();
     let limits = SearchLimits {
@@ -220,5 +227,54 @@ fn main() -> anyhow::Result<()> {
         );
     }
     println!("{row_nodes} of {n_nodes} nodes store rows (checksum {sink:.3})");
+
+    // 4. Cold caches: a server's other work (HTTP, JSON, the load generator) evicts the model
+    // between two requests, and `predict_into` in a loop (1.) never sees that. Here a sweep over
+    // a buffer of 16 or 64 MB (written, one byte per cache line) runs before each query. With
+    // `XMC_BENCH_COMPARE` naming a second bundle, the two models alternate query by query.
+    let other = match std::env::var("XMC_BENCH_COMPARE") {
+        Ok(path) => Some(Model::open(path.as_ref(), &OpenOptions::default())?),
+        Err(_) => None,
+    };
+    let mut models = vec![("model", &model)];
+    if let Some(other) = &other {
+        models.push(("compared", other));
+    }
+    let opts = PredictOptions {
+        k: 5,
+        ..PredictOptions::default()
+    };
+    let mut scratch = Scratch::default();
+    let mut out = Prediction::default();
+    for evict_mb in [16usize, 64] {
+        let mut sweep = vec![0u8; evict_mb << 20];
+        let mut times = vec![Vec::new(); models.len()];
+        for i in 0..test.n_points().min(2000) {
+            let (idx, val) = test.feature_row(i);
+            for ((_, m), t) in models.iter().zip(&mut times) {
+                let mut x = 0u8;
+                for b in sweep.iter_mut().step_by(64) {
+                    *b = b.wrapping_add(1);
+                    x ^= *b;
+                }
+                std::hint::black_box(x);
+                let start = Instant::now();
+                m.predict_into(idx, val, &opts, &mut scratch, &mut out)?;
+                t.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        for ((name, m), t) in models.iter().zip(&mut times) {
+            t.sort_by(f64::total_cmp);
+            println!(
+                "predict_into after a {evict_mb} MB sweep, {name} ({}, {:.1} MB): {} queries, mean {:.1} µs, p50 {:.1} µs, p99 {:.1} µs",
+                m.meta().name,
+                m.bundle().file_len() as f64 / 1e6,
+                t.len(),
+                t.iter().sum::<f64>() / t.len() as f64,
+                percentile(t, 0.5),
+                percentile(t, 0.99),
+            );
+        }
+    }
     Ok(())
 }

@@ -1,15 +1,16 @@
 //! Golden model bundles: a model written by an earlier xmc must keep opening and answering.
 //!
 //! `tests/data/golden/model-v1.xmcb` is a tiny label tree (6 labels, 10 features, 7 nodes) trained
-//! by the first model format on `tests/data/golden/tiny.txt`, and `model-v2.xmcb` the same tree
-//! trained by format version 2, whose nodes store their weights as rows:
+//! by the first model format on `tests/data/golden/tiny.txt`, `model-v2.xmcb` the same tree
+//! trained by format version 2, whose nodes store their weights as rows, and `model-v3.xmcb` by
+//! format version 3, whose entry outputs are `u8`s (none here: every node has rows):
 //!
 //! ```sh
 //! xmc train --config config/default.toml --set max_leaf=2 --set name=tiny \
 //!     --train tests/data/golden/tiny.txt --out tests/data/golden/model-v1.xmcb
 //! ```
 //!
-//! (`model-v2.xmcb` for the second). The two answer slightly differently because the trainer
+//! (`model-v2.xmcb` and `model-v3.xmcb` for the later ones). The two answer slightly differently because the trainer
 //! changed between them, not the format: each file's answers are recorded as it gave them.
 //!
 //! Later versions add sections and metadata fields; they must still read this file, find the same
@@ -79,5 +80,15 @@ fn golden_model_v2_opens_verifies_and_predicts_from_rows_as_recorded() {
         assert_eq!(tree.chunks.has_rows(node), has_features, "node {node}");
     }
 
+    assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
+}
+
+#[test]
+fn golden_model_v3_opens_verifies_and_predicts_as_recorded() {
+    let model = open_golden(3, "1d5a062889921c21");
+    let section = model.bundle().section("tree.0.chunk.entry_out").unwrap();
+    assert_eq!(section.dtype, xmc::bundle::Dtype::U8);
+    assert!(model.trees()[0].chunks.entry_weight.is_empty());
+    // The same tree and answers as version 2's file: only the container changed.
     assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
 }

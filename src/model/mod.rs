@@ -14,7 +14,7 @@ pub use meta::{Created, MODEL_FORMAT, ModelMeta};
 pub use names::Names;
 pub use query::QueryError;
 
-use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
+use crate::bundle::{Bundle, Dtype, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
 use crate::linear::Loss;
@@ -22,15 +22,18 @@ use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
     block_labels_section, block_tree_prefix,
 };
-use crate::tree::chunk::Chunks;
+use crate::tree::chunk::{Chunks, Widths};
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
+/// Entry outputs as a memory-mapped bundle section of whichever width it was written at.
+pub type MappedOuts = Widths<Section<u8>, Section<u16>, Section<u32>>;
+
 /// A tree whose arrays are memory-mapped bundle sections.
-pub type MappedTree = TreeArrays<Section<u32>, Section<f32>>;
+pub type MappedTree = TreeArrays<Section<u32>, Section<f32>, MappedOuts>;
 
 /// Why a bundle could not be opened as a model.
 #[derive(Debug, Error)]
@@ -178,7 +181,7 @@ impl std::fmt::Debug for Model {
 }
 
 /// The BP stage over memory-mapped sections.
-pub type MappedBp = BpArrays<Section<u32>, Section<f32>>;
+pub type MappedBp = BpArrays<Section<u32>, Section<f32>, MappedOuts>;
 
 /// One member's DEFRAG arrays as memory-mapped bundle sections.
 pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
@@ -211,7 +214,7 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             feat_start: u("chunk.feat_start")?,
             feat: u("chunk.feat")?,
             entry_start: u("chunk.entry_start")?,
-            entry_out: u("chunk.entry_out")?,
+            entry_out: load_outs(bundle, &format!("{prefix}.chunk.entry_out"))?,
             entry_weight: f("chunk.entry_weight")?,
             hash_start: u("chunk.hash_start")?,
             hash: u("chunk.hash")?,
@@ -222,6 +225,16 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             row_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_start"))?,
             row_weight: bundle.f32s_or_empty(&format!("{prefix}.chunk.row_weight"))?,
         },
+    })
+}
+
+/// The entry outputs in section `name`, at the width it was written at (`u32` in bundles before
+/// format version 3, whose reader refuses the narrower dtypes).
+fn load_outs(bundle: &Bundle, name: &str) -> Result<MappedOuts, FormatError> {
+    Ok(match bundle.section(name).map(|s| s.dtype) {
+        Some(Dtype::U8) => Widths::U8(bundle.u8s(name)?),
+        Some(Dtype::U16) => Widths::U16(bundle.u16s(name)?),
+        _ => Widths::U32(bundle.u32s(name)?),
     })
 }
 

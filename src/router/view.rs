@@ -12,6 +12,7 @@
 //! size, and every global label id is below L.
 
 use crate::linear::Loss;
+use crate::tree::chunk::EntryOuts;
 use crate::tree::view::{SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError};
 use thiserror::Error;
 
@@ -44,20 +45,20 @@ pub enum BpViewError {
 
 /// One block: its model over local label ids and the map to global ids.
 #[derive(Clone, Debug, PartialEq)]
-pub struct BlockArrays<U, F> {
+pub struct BlockArrays<U, F, O = U> {
     /// Local label id → global label id, strictly increasing.
     pub labels: U,
     /// The block's model over local label ids.
-    pub tree: TreeArrays<U, F>,
+    pub tree: TreeArrays<U, F, O>,
 }
 
 /// The BP stage: the router and one model per block.
 #[derive(Clone, Debug, PartialEq)]
-pub struct BpArrays<U, F> {
+pub struct BpArrays<U, F, O = U> {
     /// A single leaf whose outputs are the blocks.
-    pub router: TreeArrays<U, F>,
+    pub router: TreeArrays<U, F, O>,
     /// The blocks, in router output order.
-    pub blocks: Vec<BlockArrays<U, F>>,
+    pub blocks: Vec<BlockArrays<U, F, O>>,
 }
 
 /// Per-query buffers of the BP search (no allocation once warm).
@@ -88,10 +89,11 @@ pub struct BpQuery<'a> {
     pub loss: Loss,
 }
 
-impl<U, F> BpArrays<U, F>
+impl<U, F, O> BpArrays<U, F, O>
 where
     U: std::ops::Deref<Target = [u32]>,
     F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
 {
     /// The number of blocks q.
     pub fn q(&self) -> usize {
@@ -112,7 +114,7 @@ where
     }
 
     fn check(&self, n_labels: usize, n_features: Option<usize>) -> Result<(), BpViewError> {
-        let tree_check = |tree: &TreeArrays<U, F>, n_outputs: usize| match n_features {
+        let tree_check = |tree: &TreeArrays<U, F, O>, n_outputs: usize| match n_features {
             Some(d) => tree.validate(n_outputs, d),
             None => tree.validate_structure(n_outputs),
         };

@@ -13,12 +13,14 @@ use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_sect
 use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
+use crate::tree::chunk::{Widths, narrowest};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
 use crate::tree::view::TreeArrays;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::time::Instant;
 use thiserror::Error;
 
@@ -531,7 +533,12 @@ fn add_tree<'a>(
     w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
     w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
     w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
-    w.add_u32(&s("chunk.entry_out"), &a.chunks.entry_out)?;
+    // At the narrowest width that holds the tree's largest output (see `Widths`).
+    match narrowest(&a.chunks.entry_out) {
+        Widths::U8(outs) => w.add_u8(&s("chunk.entry_out"), Cow::Owned(outs))?,
+        Widths::U16(outs) => w.add_u16(&s("chunk.entry_out"), Cow::Owned(outs))?,
+        Widths::U32(outs) => w.add_u32(&s("chunk.entry_out"), outs)?,
+    };
     w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
     w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
     w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;

@@ -14,7 +14,7 @@
 //! | `feat_start` | nodes + 1 | node `i`'s features are `feat[feat_start[i]..feat_start[i + 1]]` |
 //! | `feat` | features in all chunks | feature ids, strictly increasing within a node |
 //! | `entry_start` | `feat.len()` + 1 | feature position `p`'s entries are `entry_start[p]..entry_start[p + 1]` |
-//! | `entry_out` | entries | the output (child or label position) within the node |
+//! | `entry_out` | entries | the output (child or label position) within the node; stored as `u8`, `u16` or `u32` (see [`Widths`]) |
 //! | `entry_weight` | entries | the weight |
 //!
 //! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
@@ -28,9 +28,11 @@
 //! | `row_start` | nodes + 1 | node `i`'s rows are `row_weight[row_start[i]..row_start[i + 1]]` |
 //! | `row_weight` | Σ features · outputs over row nodes | position `p`'s weights are `m` values from `row_start[i] + p·m` |
 //!
-//! A node has rows when they take no more room than its entries (`m · features ≤ 2 · entries`),
-//! which holds for every node of a binary tree: each feature there has one or two entries, of
-//! eight bytes each, against a row of two four-byte weights. A row node's features keep their
+//! A node has rows when they take no more room than its entries would as eight-byte pairs of a
+//! `u32` output and a weight (`m · features ≤ 2 · entries`), which holds for every node of a
+//! binary tree: each feature there has one or two entries, against a row of two four-byte
+//! weights. (A bundle stores the outputs narrower, so there the entries can be the smaller; the
+//! rule still picks rows, for the memory reads they save.) A row node's features keep their
 //! (empty) `entry_start` ranges, so positions mean the same in every node. On debian-deps
 //! (T = 1) the internal nodes' weights went from 18.6 MB of entries to 11.6 MB of rows, and a
 //! query feature found in such a node costs two memory reads (its index and its row) instead
@@ -148,10 +150,125 @@ pub enum ChunkError {
     TooLarge,
 }
 
+/// Values stored at one of three widths.
+///
+/// A tree's entry outputs are written at the narrowest width that holds its largest one (format
+/// version 3 on): a leaf's outputs are its labels, rarely more than a few hundred, so `u8` or
+/// `u16` usually does, and the entries shrink from eight bytes to five or six.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Widths<A, B, C> {
+    /// `u8` values.
+    U8(A),
+    /// `u16` values.
+    U16(B),
+    /// `u32` values.
+    U32(C),
+}
+
+/// Evaluates `$body` with `$o` bound to the value inside `$widths`, whichever width it is, so
+/// that a generic loop in `$body` is compiled once per width and the width is matched once.
+macro_rules! with_width {
+    ($widths:expr, |$o:ident| $body:expr) => {
+        match $widths {
+            Widths::U8($o) => $body,
+            Widths::U16($o) => $body,
+            Widths::U32($o) => $body,
+        }
+    };
+}
+
+/// Entry outputs as a plain slice of one width.
+pub type OutSlice<'a> = Widths<&'a [u8], &'a [u16], &'a [u32]>;
+
+impl OutSlice<'_> {
+    /// The number of outputs.
+    pub fn len(&self) -> usize {
+        with_width!(self, |o| o.len())
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Their size in bytes.
+    pub fn byte_len(&self) -> usize {
+        match self {
+            Widths::U8(o) => o.len(),
+            Widths::U16(o) => 2 * o.len(),
+            Widths::U32(o) => 4 * o.len(),
+        }
+    }
+
+    /// Output `i`, if there is one.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<u32> {
+        match self {
+            Widths::U8(o) => o.get(i).map(|&v| u32::from(v)),
+            Widths::U16(o) => o.get(i).map(|&v| u32::from(v)),
+            Widths::U32(o) => o.get(i).copied(),
+        }
+    }
+
+    /// The largest of outputs `a..b` (0 when the range is empty or out of bounds).
+    fn max_in(&self, a: usize, b: usize) -> u32 {
+        fn max<T: Copy + Into<u32>>(o: &[T]) -> u32 {
+            o.iter().fold(0u32, |acc, &v| acc.max(v.into()))
+        }
+        with_width!(self, |o| o.get(a..b).map_or(0, max))
+    }
+}
+
+/// Storage of a tree's entry outputs: `u32`s (while training, and in bundles before format
+/// version 3), or values of any of the three widths.
+pub trait EntryOuts {
+    /// The outputs as a slice.
+    fn outs(&self) -> OutSlice<'_>;
+}
+
+impl<T: std::ops::Deref<Target = [u32]>> EntryOuts for T {
+    #[inline]
+    fn outs(&self) -> OutSlice<'_> {
+        Widths::U32(self)
+    }
+}
+
+impl<A, B, C> EntryOuts for Widths<A, B, C>
+where
+    A: std::ops::Deref<Target = [u8]>,
+    B: std::ops::Deref<Target = [u16]>,
+    C: std::ops::Deref<Target = [u32]>,
+{
+    #[inline]
+    fn outs(&self) -> OutSlice<'_> {
+        match self {
+            Widths::U8(o) => Widths::U8(o),
+            Widths::U16(o) => Widths::U16(o),
+            Widths::U32(o) => Widths::U32(o),
+        }
+    }
+}
+
+/// Entry outputs narrowed from `u32`s (the narrower widths copied, `u32`s borrowed).
+pub type NarrowOuts<'a> = Widths<Vec<u8>, Vec<u16>, &'a [u32]>;
+
+/// `outs` at the narrowest width that holds them all, for writing.
+pub fn narrowest(outs: &[u32]) -> NarrowOuts<'_> {
+    let max = outs.iter().copied().max().unwrap_or(0);
+    if u8::try_from(max).is_ok() {
+        Widths::U8(outs.iter().map(|&o| o as u8).collect())
+    } else if u16::try_from(max).is_ok() {
+        Widths::U16(outs.iter().map(|&o| o as u16).collect())
+    } else {
+        Widths::U32(outs)
+    }
+}
+
 /// The chunk arrays of all nodes of one tree, generic over the storage (owned `Vec`s while
-/// training, memory-mapped sections when serving).
+/// training, memory-mapped sections when serving). The entry outputs have their own storage
+/// type `O` (see [`Widths`]), `u32`s like the other indexes unless named.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Chunks<U, F> {
+pub struct Chunks<U, F, O = U> {
     /// Per node, the start of its features in `feat` (length nodes + 1).
     pub feat_start: U,
     /// Sorted feature ids per node.
@@ -159,7 +276,7 @@ pub struct Chunks<U, F> {
     /// Per feature position, the start of its entries (length `feat.len()` + 1).
     pub entry_start: U,
     /// Output index of each entry.
-    pub entry_out: U,
+    pub entry_out: O,
     /// Weight of each entry.
     pub entry_weight: F,
     /// Per node, the start of its feature hash table in `hash` (length nodes + 1). A node's
@@ -371,12 +488,31 @@ impl ChunksBuilder {
     fn entry_start_last(&self) -> u32 {
         *self.entry_start.last().expect("entry_start is never empty")
     }
+
+    /// A view of the same chunks with the entry outputs at the narrowest width that holds them,
+    /// as a bundle stores them.
+    pub fn narrowed(&self) -> Chunks<&[u32], &[f32], NarrowOuts<'_>> {
+        Chunks {
+            feat_start: &self.feat_start,
+            feat: &self.feat,
+            entry_start: &self.entry_start,
+            entry_out: narrowest(&self.entry_out),
+            entry_weight: &self.entry_weight,
+            hash_start: &self.hash_start,
+            hash: &self.hash,
+            rank_start: &self.rank_start,
+            rank: &self.rank,
+            row_start: &self.row_start,
+            row_weight: &self.row_weight,
+        }
+    }
 }
 
-impl<U, F> Chunks<U, F>
+impl<U, F, O> Chunks<U, F, O>
 where
     U: std::ops::Deref<Target = [u32]>,
     F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
 {
     /// The number of nodes.
     pub fn n_nodes(&self) -> usize {
@@ -384,12 +520,12 @@ where
     }
 
     /// The same chunks over plain slices (see [`super::view::TreeArrays::borrowed`]).
-    pub fn borrowed(&self) -> Chunks<&[u32], &[f32]> {
+    pub fn borrowed(&self) -> Chunks<&[u32], &[f32], OutSlice<'_>> {
         Chunks {
             feat_start: &self.feat_start,
             feat: &self.feat,
             entry_start: &self.entry_start,
-            entry_out: &self.entry_out,
+            entry_out: self.entry_out.outs(),
             entry_weight: &self.entry_weight,
             hash_start: &self.hash_start,
             hash: &self.hash,
@@ -434,8 +570,9 @@ where
                     }
                 }
                 for e in self.entry_start[p] as usize..self.entry_start[p + 1] as usize {
+                    let out = self.entry_out.outs().get(e).unwrap_or(u32::MAX);
                     let o = outs
-                        .get_mut(self.entry_out[e] as usize)
+                        .get_mut(out as usize)
                         .ok_or_else(|| self.entry_error(node, m, usize::MAX))?;
                     o.0.push(self.feat[p]);
                     o.1.push(self.entry_weight[e]);
@@ -511,7 +648,7 @@ where
                 at: 0,
             });
         }
-        if self.entry_start.last().map(|&x| x as usize) != Some(self.entry_out.len()) {
+        if self.entry_start.last().map(|&x| x as usize) != Some(self.entry_out.outs().len()) {
             return Err(ChunkError::Offsets {
                 array: "entry_start",
                 at: self.entry_start.len() - 1,
@@ -520,7 +657,7 @@ where
         expect_len(
             "entry_weight",
             self.entry_weight.len(),
-            self.entry_out.len(),
+            self.entry_out.outs().len(),
         )?;
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
@@ -570,7 +707,11 @@ where
     /// of its node's features at its position, and every rank block counting and marking
     /// exactly its node's features.
     fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
-        check_offsets("entry_start", &self.entry_start, self.entry_out.len())?;
+        check_offsets(
+            "entry_start",
+            &self.entry_start,
+            self.entry_out.outs().len(),
+        )?;
         for node in 0..n_outputs.len() {
             let start = self.feat_start[node] as usize;
             let n = self.feat_start[node + 1] as usize - start;
@@ -619,13 +760,12 @@ where
             let sorted = feats.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
             let in_range = feats.last().is_none_or(|&f| (f as usize) < n_features);
             let (a, b) = (self.entry_start[p0] as usize, self.entry_start[p1] as usize);
-            let outs = &self.entry_out[a..b];
-            let max_out = outs.iter().fold(0u32, |acc, &o| acc.max(o));
+            let max_out = self.entry_out.outs().max_in(a, b);
             // An exponent of all ones is an infinity or a NaN.
             let max_exp = self.entry_weight[a..b]
                 .iter()
                 .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
-            let outs_ok = outs.is_empty() || (max_out as usize) < m;
+            let outs_ok = a == b || (max_out as usize) < m;
             let rows = self.node_rows(node);
             if !rows.is_empty() && a != b {
                 return Err(ChunkError::Rows { node });
@@ -661,10 +801,11 @@ where
             prev = Some(f);
             let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
             for e in entries {
-                if self.entry_out[e] as usize >= m {
+                let output = self.entry_out.outs().get(e).unwrap_or(u32::MAX);
+                if output as usize >= m {
                     return ChunkError::Output {
                         node,
-                        output: self.entry_out[e],
+                        output,
                         n_outputs: m,
                     };
                 }
@@ -808,6 +949,21 @@ where
             }
             return;
         }
+        let outs = self.entry_out.outs();
+        with_width!(outs, |o| self.add_found_entries(o, start, pos, val, acc));
+    }
+
+    /// [`Chunks::add_found`] for a node that stores entries, with outputs `outs`: first every
+    /// entry range, then every entry.
+    #[inline]
+    fn add_found_entries<T: Copy + Into<u32>>(
+        &self,
+        outs: &[T],
+        start: usize,
+        pos: &[usize],
+        val: &[f32],
+        acc: &mut [f32],
+    ) {
         let mut range = [(0u32, 0u32); LOOKUP_BLOCK];
         for (r, &p) in range.iter_mut().zip(pos) {
             let p = start + p;
@@ -819,12 +975,12 @@ where
         // the processor from running far ahead into the next range's misses.
         let touched = range.iter().fold(0u32, |t, &(a, _)| {
             let a = a as usize;
-            t ^ self.entry_out.get(a).copied().unwrap_or(0)
+            t ^ outs.get(a).map_or(0, |&o| o.into())
                 ^ self.entry_weight.get(a).map_or(0, |w| w.to_bits())
         });
         std::hint::black_box(touched);
         for (&(a, b), &x) in range.iter().zip(val) {
-            self.add_range(a as usize, b as usize, x, acc);
+            self.add_range(outs, a as usize, b as usize, x, acc);
         }
     }
 
@@ -879,23 +1035,30 @@ where
 
     #[inline]
     fn add_entries(&self, pos: usize, x: f32, acc: &mut [f32]) {
-        self.add_range(
+        let (a, b) = (
             self.entry_start[pos] as usize,
             self.entry_start[pos + 1] as usize,
-            x,
-            acc,
         );
+        let outs = self.entry_out.outs();
+        with_width!(outs, |o| self.add_range(o, a, b, x, acc));
     }
 
-    /// Adds entries `a..b` times `x` to `acc`. An empty or out-of-bounds range (only a bundle
-    /// opened without the O(weights) checks can hold one) adds nothing.
+    /// Adds entries `a..b` (outputs from `outs`) times `x` to `acc`. An empty or out-of-bounds
+    /// range (only a bundle opened without the O(weights) checks can hold one) adds nothing.
     #[inline]
-    fn add_range(&self, a: usize, b: usize, x: f32, acc: &mut [f32]) {
-        let (Some(outs), Some(weights)) = (self.entry_out.get(a..b), self.entry_weight.get(a..b))
-        else {
+    fn add_range<T: Copy + Into<u32>>(
+        &self,
+        outs: &[T],
+        a: usize,
+        b: usize,
+        x: f32,
+        acc: &mut [f32],
+    ) {
+        let (Some(outs), Some(weights)) = (outs.get(a..b), self.entry_weight.get(a..b)) else {
             return;
         };
         for (&o, &w) in outs.iter().zip(weights) {
+            let o: u32 = o.into();
             if let Some(slot) = acc.get_mut(o as usize) {
                 *slot += w * x;
             }
@@ -1036,6 +1199,66 @@ mod tests {
         b.push_node_as(node0, i0, r0).unwrap();
         b.push_node_as(node1, i1, r1).unwrap();
         b
+    }
+
+    #[test]
+    fn outputs_are_narrowed_to_the_smallest_width_that_holds_them() {
+        assert_eq!(narrowest(&[]), Widths::U8(vec![]));
+        assert_eq!(narrowest(&[0, 255, 3]), Widths::U8(vec![0, 255, 3]));
+        assert_eq!(narrowest(&[256, 1]), Widths::U16(vec![256, 1]));
+        assert_eq!(narrowest(&[65_535]), Widths::U16(vec![65_535]));
+        assert_eq!(narrowest(&[65_536, 2]), Widths::U32(&[65_536, 2][..]));
+        let outs: OutSlice<'_> = Widths::U16(&[7, 300, 2]);
+        assert_eq!((outs.len(), outs.byte_len()), (3, 6));
+        assert_eq!((outs.get(1), outs.get(3)), (Some(300), None));
+        assert_eq!((outs.max_in(0, 3), outs.max_in(2, 9)), (300, 0));
+    }
+
+    /// A node of `m` outputs, output `o` using features `o % 13` and `13 + (7o) % 50`, scores the
+    /// same at every width its outputs can take, by every lookup; and validation reads every
+    /// width.
+    #[test]
+    fn every_output_width_scores_and_validates_alike() {
+        for m in [5usize, 300, 70_000] {
+            let feats: Vec<[u32; 2]> = (0..m as u32).map(|o| [o % 13, 13 + (o * 7) % 50]).collect();
+            let weights: Vec<[f32; 2]> = (0..m).map(|o| [o as f32 * 0.5, -1.0]).collect();
+            let mut b = ChunksBuilder::new();
+            b.push_node_as(
+                feats.iter().zip(&weights).map(|(f, w)| (&f[..], &w[..])),
+                IndexChoice::Rank,
+                RowChoice::Entries,
+            )
+            .unwrap();
+            let narrow = b.narrowed();
+            let outs = narrow.borrowed().entry_out;
+            let width = outs.byte_len() / outs.len();
+            assert_eq!(
+                width,
+                [1, 2, 4][usize::from(m > 255) + usize::from(m > 65_535)]
+            );
+            narrow.validate(&[m], 63).unwrap();
+            assert!(matches!(
+                narrow.validate(&[m - 1], 63),
+                Err(ChunkError::Output { .. })
+            ));
+            let (q_idx, q_val) = ([2u32, 13, 20, 40, 62], [1.0f32, 2.0, 0.5, -1.0, 3.0]);
+            let mut dense = vec![0f32; 63];
+            for (&i, &v) in q_idx.iter().zip(&q_val) {
+                dense[i as usize] = v;
+            }
+            let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, how: usize| {
+                let mut acc = vec![0f32; m];
+                match how {
+                    0 => c.score_scan(0, &dense, &mut acc),
+                    1 => c.score_search(0, &q_idx, &q_val, &mut acc),
+                    _ => c.score_rank(0, &q_idx, &q_val, &mut acc),
+                }
+                acc
+            };
+            for how in 0..3 {
+                assert_eq!(score(&narrow.borrowed(), how), score(&b.borrowed(), how));
+            }
+        }
     }
 
     /// The two nodes with hash tables, storing entries.

@@ -34,7 +34,7 @@
 //! per depth (so the worst case is the level-wise search's) and is reported, and so is a deadline
 //! that cut the search short; either breaks the exactness guarantee for that query.
 
-use super::chunk::{ChunkError, Chunks};
+use super::chunk::{ChunkError, Chunks, EntryOuts, OutSlice};
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -76,9 +76,9 @@ pub enum TreeViewError {
     Chunks(#[from] ChunkError),
 }
 
-/// One label tree: topology plus node classifiers.
+/// One label tree: topology plus node classifiers (whose entry outputs have storage `O`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct TreeArrays<U, F> {
+pub struct TreeArrays<U, F, O = U> {
     /// Per node, `depth << 1 | is_leaf`.
     pub node_info: U,
     /// Per node, the start of its outputs (length nodes + 1).
@@ -88,7 +88,7 @@ pub struct TreeArrays<U, F> {
     /// Per output, the classifier's bias.
     pub out_bias: F,
     /// The node classifiers' weights.
-    pub chunks: Chunks<U, F>,
+    pub chunks: Chunks<U, F, O>,
 }
 
 /// Reusable per-thread buffers, so a search allocates nothing once warm.
@@ -197,10 +197,11 @@ pub struct SearchLimits {
 /// costs far more).
 const DEADLINE_CHECK_EVERY: u32 = 8;
 
-impl<U, F> TreeArrays<U, F>
+impl<U, F, O> TreeArrays<U, F, O>
 where
     U: std::ops::Deref<Target = [u32]>,
     F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
 {
     /// The number of nodes.
     pub fn n_nodes(&self) -> usize {
@@ -209,7 +210,7 @@ where
 
     /// The same tree over plain slices. Memory-mapped sections check their bounds on every
     /// dereference, so the search dereferences each array once per query through this view.
-    pub fn borrowed(&self) -> TreeArrays<&[u32], &[f32]> {
+    pub fn borrowed(&self) -> TreeArrays<&[u32], &[f32], OutSlice<'_>> {
         TreeArrays {
             node_info: &self.node_info,
             out_start: &self.out_start,
