@@ -322,6 +322,14 @@ async fn every_error_has_its_code_and_shape() {
             p(r#"{"features": [[1, 1e300]]}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
+        // The document's exclusive bound: the midpoint between f32::MAX and 2^128 rounds to
+        // infinity (the value just below it rounds to f32::MAX, and is served).
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, -3.4028235677973366e38]]}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
         (
             "POST",
             "/v1/predict",
@@ -448,6 +456,11 @@ async fn info_routes_health_metrics_and_openapi() {
     let instances = &v["paths"]["/v1/predict/batch"]["post"]["requestBody"]["content"]["application/json"]
         ["schema"]["properties"]["instances"];
     assert_eq!(instances["maxItems"], json!(state.cfg.max_batch));
+    // The test model has no DEFRAG stage, so neither option may be true.
+    let props = &v["components"]["schemas"]["PredictRequest"]["properties"];
+    for option in ["rerank", "impute"] {
+        assert_eq!(props[option]["enum"], json!([false, null]), "{option}");
+    }
 }
 
 #[tokio::test]
@@ -458,6 +471,12 @@ async fn integral_floats_and_nulls_are_accepted_as_json_schema_reads_them() {
     let (s, v) = call(&state, "POST", "/v1/predict", Some(body.into())).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["labels"].as_array().unwrap().len(), 2);
+    // The document's upper bounds are served: the largest integer, and a value that rounds to
+    // f32::MAX.
+    let body = r#"{"features": [[3, 3.4028235e38]], "beam": 18446744073709551615,
+                   "deadline_us": 18446744073709551615}"#;
+    let (s, v) = call(&state, "POST", "/v1/predict", Some(body.into())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     for bad in [
         r#"{"features": [[3.5, 1]]}"#,
         r#"{"features": [[-1, 1]]}"#,
@@ -523,6 +542,12 @@ async fn admin_reload_needs_the_token() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["reloaded"], true, "{v}");
     assert_eq!(v["version"], version);
+    // `force` is a boolean: anything else is refused, not read as false.
+    for bad in ["force=null", "force=yes", "force=true&force=2"] {
+        let uri = format!("/v1/admin/reload?{bad}");
+        let (s, v) = call_with(&state, "POST", &uri, None, Some("Bearer s3cret")).await;
+        assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
+    }
 }
 
 #[tokio::test]

@@ -422,6 +422,16 @@ impl Model {
         self.bp.as_ref()
     }
 
+    /// Whether the model has REFRAG prototypes, which `rerank` needs.
+    pub fn can_rerank(&self) -> bool {
+        self.defrag.first().is_some_and(|v| v.has_prototypes())
+    }
+
+    /// Whether the model has FIAT scales, which `impute` needs.
+    pub fn can_impute(&self) -> bool {
+        self.defrag.first().is_some_and(|v| v.has_fiat())
+    }
+
     /// Per tree, its DEFRAG view (empty when the model has no feature clusters).
     pub fn defrag(&self) -> &[MappedDefrag] {
         &self.defrag
@@ -455,13 +465,13 @@ impl Model {
         let dp = &self.meta.config.defrag;
         let rerank = options.rerank.unwrap_or(dp.refrag);
         let impute = options.impute.unwrap_or(dp.fiat);
-        if rerank && !self.defrag.first().is_some_and(|v| v.has_prototypes()) {
+        if rerank && !self.can_rerank() {
             return Err(QueryError::Unavailable {
                 option: "rerank",
                 stage: "REFRAG prototypes",
             });
         }
-        if impute && !self.defrag.first().is_some_and(|v| v.has_fiat()) {
+        if impute && !self.can_impute() {
             return Err(QueryError::Unavailable {
                 option: "impute",
                 stage: "FIAT scales",

@@ -414,9 +414,20 @@ pub async fn admin_reload(
         return Err(ApiError::Unauthorized);
     }
     // `?force=true` reloads even the file that is serving; by default that is a no-op.
-    let force = query
-        .as_deref()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "force=true" || kv == "force=1"));
+    let mut force = false;
+    for kv in query.as_deref().unwrap_or("").split('&') {
+        if let Some(v) = kv.strip_prefix("force=") {
+            force = match v {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                _ => {
+                    return Err(ApiError::Invalid(format!(
+                        "`force` must be true or false, not {v:?}"
+                    )));
+                }
+            };
+        }
+    }
     let trigger = if force {
         reload::Trigger::Force
     } else {
@@ -460,7 +471,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /openapi.json`: the repository's document with this server's limits written in (`k` at
 /// most `max_k`, batches of at most `max_batch`, feature ids below the serving model's feature
-/// count), so that a client generated from it, or a schema-based tester, knows them.
+/// count, `rerank` and `impute` only false when the serving model lacks them), so that a client
+/// generated from it, or a schema-based tester, knows them.
 pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
     match serde_json::from_str::<Value>(OPENAPI) {
         Ok(mut doc) => {
@@ -475,6 +487,22 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
             ) {
                 let n = loaded.model.meta().n_features;
                 id.insert("maximum".into(), json!(n.saturating_sub(1)));
+            }
+            // An option the serving model lacks takes only false (or null): true is a 422.
+            if let Some(loaded) = state.current.load_full() {
+                let model = &loaded.model;
+                for (option, available) in [
+                    ("rerank", model.can_rerank()),
+                    ("impute", model.can_impute()),
+                ] {
+                    let at = format!("/components/schemas/PredictRequest/properties/{option}");
+                    if let (false, Some(o)) = (
+                        available,
+                        doc.pointer_mut(&at).and_then(Value::as_object_mut),
+                    ) {
+                        o.insert("enum".into(), json!([false, null]));
+                    }
+                }
             }
             let batch = "/paths/~1v1~1predict~1batch/post/requestBody/content/\
                          application~1json/schema/properties/instances";
