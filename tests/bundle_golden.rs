@@ -2,11 +2,12 @@
 //!
 //! `container-v1.xmcb` was written by the version-1 writer and `container-v2.xmcb` by the
 //! version-2 writer, from the same sections; `container-v3.xmcb` by the version-3 writer, from
-//! those sections and one each of the dtypes version 3 added (`u8`, `u16`). Reading each must keep working for as long as this
-//! xmc claims to read its version. The writer must reproduce the file of the version it writes
-//! byte for byte; once the format moves on, keep the read test and retire only the byte
-//! comparison (as version 1's was when version 2 came, and version 2's when version 3 came). To regenerate the current version's file
-//! after a deliberate change (which breaks every deployed model, so think twice), run with
+//! those sections and one each of the dtypes version 3 added (`u8`, `u16`). Reading each must
+//! keep working for as long as this xmc claims to read its version. The writer must reproduce
+//! the file of the version it writes byte for byte; once the format moves on, keep the read test
+//! and retire only the byte comparison (as version 1's was when version 2 came, and version 2's
+//! when version 3 came). To regenerate the current version's file after a deliberate change
+//! (which breaks every deployed model, so think twice), run with
 //! `XMC_BLESS_GOLDEN=1`.
 
 // Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.

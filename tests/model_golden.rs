@@ -10,8 +10,9 @@
 //!     --train tests/data/golden/tiny.txt --out tests/data/golden/model-v1.xmcb
 //! ```
 //!
-//! (`model-v2.xmcb` and `model-v3.xmcb` for the later ones). The two answer slightly differently because the trainer
-//! changed between them, not the format: each file's answers are recorded as it gave them.
+//! (`model-v2.xmcb` and `model-v3.xmcb` for the later ones). Versions 1 and 2 answer slightly
+//! differently because the trainer changed between them, not the format; version 3 answers as
+//! version 2 does. Each file's answers are recorded as it gave them.
 //!
 //! Later versions add sections and metadata fields; they must still read this file, find the same
 //! tree and give the same answers. Never regenerate it to make this test pass: a failure here means
