@@ -480,22 +480,22 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
             if let Some(k) = doc.pointer_mut(request).and_then(Value::as_object_mut) {
                 k.insert("maximum".into(), json!(state.cfg.max_k));
             }
-            let id = "/components/schemas/PredictRequest/properties/features/items/prefixItems/0";
-            if let (Some(id), Some(loaded)) = (
-                doc.pointer_mut(id).and_then(Value::as_object_mut),
-                state.current.load_full(),
-            ) {
-                let n = loaded.model.meta().n_features;
-                id.insert("maximum".into(), json!(n.saturating_sub(1)));
-            }
-            // An option the serving model lacks takes only false (or null): true is a 422.
+            // One load of the serving model, so the document describes a single model even
+            // if a swap lands meanwhile.
             if let Some(loaded) = state.current.load_full() {
                 let model = &loaded.model;
+                let props = "/components/schemas/PredictRequest/properties";
+                let id = format!("{props}/features/items/prefixItems/0");
+                if let Some(id) = doc.pointer_mut(&id).and_then(Value::as_object_mut) {
+                    let n = model.meta().n_features;
+                    id.insert("maximum".into(), json!(n.saturating_sub(1)));
+                }
+                // An option the serving model lacks takes only false (or null): true is a 422.
                 for (option, available) in [
                     ("rerank", model.can_rerank()),
                     ("impute", model.can_impute()),
                 ] {
-                    let at = format!("/components/schemas/PredictRequest/properties/{option}");
+                    let at = format!("{props}/{option}");
                     if let (false, Some(o)) = (
                         available,
                         doc.pointer_mut(&at).and_then(Value::as_object_mut),

@@ -555,6 +555,7 @@ where
         rows: RowChoice,
     ) -> Result<ChunksBuilder, ChunkError> {
         self.validate_structure(n_outputs)?;
+        let entry_outs = self.entry_out.outs();
         let mut b = ChunksBuilder::new();
         for (node, &m) in n_outputs.iter().enumerate() {
             let mut outs: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); m];
@@ -570,7 +571,7 @@ where
                     }
                 }
                 for e in self.entry_start[p] as usize..self.entry_start[p + 1] as usize {
-                    let out = self.entry_out.outs().get(e).unwrap_or(u32::MAX);
+                    let out = entry_outs.get(e).unwrap_or(u32::MAX);
                     let o = outs
                         .get_mut(out as usize)
                         .ok_or_else(|| self.entry_error(node, m, usize::MAX))?;
@@ -648,17 +649,14 @@ where
                 at: 0,
             });
         }
-        if self.entry_start.last().map(|&x| x as usize) != Some(self.entry_out.outs().len()) {
+        let n_entries = self.entry_out.outs().len();
+        if self.entry_start.last().map(|&x| x as usize) != Some(n_entries) {
             return Err(ChunkError::Offsets {
                 array: "entry_start",
                 at: self.entry_start.len() - 1,
             });
         }
-        expect_len(
-            "entry_weight",
-            self.entry_weight.len(),
-            self.entry_out.outs().len(),
-        )?;
+        expect_len("entry_weight", self.entry_weight.len(), n_entries)?;
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
         let n_nodes = n_outputs.len();
@@ -707,11 +705,8 @@ where
     /// of its node's features at its position, and every rank block counting and marking
     /// exactly its node's features.
     fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
-        check_offsets(
-            "entry_start",
-            &self.entry_start,
-            self.entry_out.outs().len(),
-        )?;
+        let outs = self.entry_out.outs();
+        check_offsets("entry_start", &self.entry_start, outs.len())?;
         for node in 0..n_outputs.len() {
             let start = self.feat_start[node] as usize;
             let n = self.feat_start[node + 1] as usize - start;
@@ -760,7 +755,7 @@ where
             let sorted = feats.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
             let in_range = feats.last().is_none_or(|&f| (f as usize) < n_features);
             let (a, b) = (self.entry_start[p0] as usize, self.entry_start[p1] as usize);
-            let max_out = self.entry_out.outs().max_in(a, b);
+            let max_out = outs.max_in(a, b);
             // An exponent of all ones is an infinity or a NaN.
             let max_exp = self.entry_weight[a..b]
                 .iter()
@@ -788,6 +783,7 @@ where
     #[cold]
     fn entry_error(&self, node: usize, m: usize, n_features: usize) -> ChunkError {
         let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
+        let outs = self.entry_out.outs();
         let mut prev: Option<u32> = None;
         for p in feats {
             let f = self.feat[p];
@@ -801,7 +797,7 @@ where
             prev = Some(f);
             let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
             for e in entries {
-                let output = self.entry_out.outs().get(e).unwrap_or(u32::MAX);
+                let output = outs.get(e).unwrap_or(u32::MAX);
                 if output as usize >= m {
                     return ChunkError::Output {
                         node,
