@@ -53,6 +53,25 @@ pub enum ConfigError {
     BadOverride(String),
 }
 
+/// How a bundle stores the label trees' entry weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightFormat {
+    /// `f32` weights, with the outputs in an array of their own (the default).
+    #[default]
+    F32,
+    /// bfloat16 weights packed with their outputs, one `u32` per entry, in trees whose outputs
+    /// fit 16 bits (the others keep `f32`). Smaller and faster to score; each weight is rounded
+    /// to 8 significant bits (see `tree::chunk`).
+    Bf16,
+}
+
+impl WeightFormat {
+    fn is_f32(&self) -> bool {
+        *self == WeightFormat::F32
+    }
+}
+
 /// Which model family to train.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -121,6 +140,10 @@ pub struct TrainConfig {
     /// DEFRAG feature agglomeration, FIAT and REFRAG (off in bundles made before they existed).
     #[serde(default)]
     pub defrag: DefragParams,
+    /// How the bundle stores the trees' entry weights. Left out of the metadata when `f32`, so
+    /// bundles that do not use it are unchanged.
+    #[serde(default, skip_serializing_if = "WeightFormat::is_f32")]
+    pub weights: WeightFormat,
 }
 
 impl TrainConfig {
@@ -147,6 +170,7 @@ impl TrainConfig {
         seed: 0,
         threads: 0,
         defrag: DefragParams::DEFAULT,
+        weights: WeightFormat::F32,
     };
 
     /// The keys `set` accepts, for error messages and docs.
@@ -190,6 +214,7 @@ impl TrainConfig {
         "refrag_alpha",
         "refrag_gamma",
         "refrag_candidates",
+        "weights",
     ];
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
@@ -289,6 +314,13 @@ impl TrainConfig {
             "refrag_alpha" => self.defrag.alpha = as_f32(key, value)?,
             "refrag_gamma" => self.defrag.gamma_r = as_f32(key, value)?,
             "refrag_candidates" => self.defrag.candidates = as_usize(key, value)?,
+            "weights" => {
+                self.weights = match as_str(key, value)? {
+                    "f32" => WeightFormat::F32,
+                    "bf16" => WeightFormat::Bf16,
+                    other => return Err(bad(key, format!("`{other}` is not `f32` or `bf16`"))),
+                }
+            }
             "solver.l1" => s.l1 = as_f32(key, value)?,
             "solver.c" => s.c = as_f32(key, value)?,
             "solver.prune" => s.prune = as_f32(key, value)?,
@@ -514,6 +546,13 @@ mod tests {
         assert!(err.to_string().contains("`solver.c`"), "{err}");
         let err = TrainConfig::load(None, &["trees".into()]).unwrap_err();
         assert!(matches!(err, ConfigError::BadOverride(_)));
+        let cfg = TrainConfig::load(None, &["weights=bf16".into()]).unwrap();
+        assert_eq!(cfg.weights, WeightFormat::Bf16);
+        let err = TrainConfig::load(None, &["weights=f16".into()]).unwrap_err();
+        assert!(
+            err.to_string().contains("`weights`") && err.to_string().contains("`f16`"),
+            "{err}"
+        );
     }
 
     #[test]

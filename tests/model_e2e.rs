@@ -423,6 +423,72 @@ fn rows_and_entries_answer_alike_on_real_data() {
     }
 }
 
+/// `weights = "bf16"` packs each entry's output and bfloat16 weight into one `u32` section in
+/// place of `entry_out` and `entry_weight`, deterministically; the model validates in full and
+/// predicts as the `f32` model does but for rounding; the `f32` bundle is unchanged by the key.
+#[test]
+fn bf16_weights_pack_the_entries_and_predict_as_f32_does() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let f32s = train_with(&train, &["max_leaf=20", "branching=4"]);
+    let packed = train_with(&train, &["max_leaf=20", "branching=4", "weights=bf16"]);
+    let again = train_with(&train, &["max_leaf=20", "branching=4", "weights=bf16"]);
+    let explicit = train_with(&train, &["max_leaf=20", "branching=4", "weights=f32"]);
+    assert_eq!(explicit.meta.version, f32s.meta.version);
+    assert_eq!(again.meta.version, packed.meta.version);
+    assert_ne!(packed.meta.version, f32s.meta.version);
+    let bytes = packed.to_bytes().unwrap();
+    let bundle = Bundle::from_bytes(&bytes).unwrap();
+    let section = bundle.section("tree.0.chunk.entry").unwrap();
+    assert_eq!(section.dtype, Dtype::U32);
+    assert!(bundle.section("tree.0.chunk.entry_out").is_none());
+    assert!(bundle.section("tree.0.chunk.entry_weight").is_none());
+    let meta: serde_json::Value = bundle.json("meta").unwrap();
+    assert_eq!(meta["config"]["weights"], "bf16");
+    let f32_bytes = f32s.to_bytes().unwrap();
+    let f32_bundle = Bundle::from_bytes(&f32_bytes).unwrap();
+    let f32_meta: serde_json::Value = f32_bundle.json("meta").unwrap();
+    assert!(f32_meta["config"].get("weights").is_none());
+    let f32_entries = f32_bundle.section("tree.0.chunk.entry_weight").unwrap();
+    // One word per entry, where the split layout takes one output byte and a four-byte weight.
+    assert_eq!(section.byte_len, f32_entries.byte_len);
+
+    let (full, structural) = (
+        Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap(),
+        Model::from_bundle_structure(bundle).unwrap(),
+    );
+    let reference = Model::from_bundle(f32_bundle).unwrap();
+    let opts = PredictOptions {
+        k: 5,
+        ..PredictOptions::default()
+    };
+    let mut same_top = 0;
+    for i in 0..test.n_points() {
+        let (idx, val) = test.feature_row(i);
+        let (a, b, r) = (
+            full.predict(idx, val, &opts).unwrap(),
+            structural.predict(idx, val, &opts).unwrap(),
+            reference.predict(idx, val, &opts).unwrap(),
+        );
+        assert_eq!(a.labels, b.labels, "point {i}");
+        same_top += usize::from(a.labels.first() == r.labels.first());
+        // Rounding moves a score, never much.
+        for (label, score) in a.labels.iter().zip(&a.scores) {
+            if let Some(j) = r.labels.iter().position(|l| l == label) {
+                assert!(
+                    (score - r.scores[j]).abs() < 0.02,
+                    "point {i}: {score} vs {}",
+                    r.scores[j]
+                );
+            }
+        }
+    }
+    let share = same_top as f64 / test.n_points() as f64;
+    assert!(share > 0.97, "top label agrees on {share}");
+    let (p_packed, p_f32) = (p_at_1(&full, &test), p_at_1(&reference, &test));
+    assert!((p_packed - p_f32).abs() < 0.01, "P@1 {p_packed} vs {p_f32}");
+}
+
 /// `models/default.xmcb` is what `config/default.toml`'s documented command trains: the same
 /// content version (a hash of every section but the creation time). A change to the trainer or
 /// the bundle layout must come with the model retrained.

@@ -14,6 +14,17 @@
 //! differently because the trainer changed between them, not the format; version 3 answers as
 //! version 2 does. Each file's answers are recorded as it gave them.
 //!
+//! `model-v3-bf16.xmcb` is a small tree of format version 3 with packed bfloat16 entries
+//! (`weights = "bf16"`), on synthetic data sparse enough that every node stores entries:
+//!
+//! ```sh
+//! xmc data synth --n 100 --d 300 --l 20 --features-per-label 6 --features-per-point 10 \
+//!     --seed 7 --out small.txt
+//! xmc train --config config/default.toml --set name=small-bf16 --set weights=bf16 \
+//!     --set max_leaf=7 --set branching=3 --set solver.prune=0.3 \
+//!     --train small.txt --out tests/data/golden/model-v3-bf16.xmcb
+//! ```
+//!
 //! Later versions add sections and metadata fields; they must still read this file, find the same
 //! tree and give the same answers. Never regenerate it to make this test pass: a failure here means
 //! deployed models would stop loading. It is also the seed of the `model_open` fuzz target.
@@ -30,13 +41,7 @@ use xmc::model::{Model, PredictOptions};
 /// weight, and checks what every version of it holds: its name, shape, content version
 /// `content`, seven nodes and no names.
 fn open_golden(version: u32, content: &str) -> Model {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/data/golden/model-v{version}.xmcb"));
-    let options = OpenOptions {
-        verify_checksums: true,
-        ..OpenOptions::default()
-    };
-    let model = Model::open(&path, &options).unwrap();
+    let model = open_verified(&format!("model-v{version}.xmcb"));
     assert_eq!(model.bundle().format_version(), version);
     let meta = model.meta();
     assert_eq!(meta.name, "tiny");
@@ -53,18 +58,30 @@ fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
     assert_recorded(&model, [0.544_467_1, 0.460_923_22, 0.249_387_2]);
 }
 
+/// Opens golden file `file`, verifying every checksum and weight.
+fn open_verified(file: &str) -> Model {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/golden")
+        .join(file);
+    let options = OpenOptions {
+        verify_checksums: true,
+        ..OpenOptions::default()
+    };
+    Model::open(&path, &options).unwrap()
+}
+
 /// The top 3 for the query `1:1 4:1 7:1` are labels 0, 5 and 3 with these scores, as recorded
 /// with `xmc predict --k 3` when the golden file was made.
 fn assert_recorded(model: &Model, scores: [f32; 3]) {
+    assert_top3(model, (&[1, 4, 7], &[1.0, 1.0, 1.0]), [0, 5, 3], scores);
+}
+
+/// The top 3 labels of `model` for `query` are `labels`, with `scores`.
+fn assert_top3(model: &Model, query: (&[u32], &[f32]), labels: [u32; 3], scores: [f32; 3]) {
     let p = model
-        .predict(&[1, 4, 7], &[1.0, 1.0, 1.0], &PredictOptions::default())
+        .predict(query.0, query.1, &PredictOptions::default())
         .unwrap();
-    assert_eq!(
-        p.labels[..3],
-        [LabelId(0), LabelId(5), LabelId(3)],
-        "{:?}",
-        p.labels
-    );
+    assert_eq!(p.labels[..3], labels.map(LabelId), "{:?}", p.labels);
     for (got, want) in p.scores.iter().zip(scores) {
         assert!((got - want).abs() < 1e-6, "{:?}", p.scores);
     }
@@ -92,4 +109,29 @@ fn golden_model_v3_opens_verifies_and_predicts_as_recorded() {
     assert!(model.trees()[0].chunks.entry_weight.is_empty());
     // The same tree and answers as version 2's file: only the container changed.
     assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
+}
+
+#[test]
+fn golden_packed_bf16_model_opens_verifies_and_predicts_as_recorded() {
+    let model = open_verified("model-v3-bf16.xmcb");
+    assert_eq!(model.bundle().format_version(), 3);
+    let meta = model.meta();
+    assert_eq!(meta.name, "small-bf16");
+    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (300, 20, 1));
+    assert_eq!(meta.version, "50456b06ebf97db7");
+    let section = model.bundle().section("tree.0.chunk.entry").unwrap();
+    assert_eq!(section.dtype, xmc::bundle::Dtype::U32);
+    assert!(model.bundle().section("tree.0.chunk.entry_out").is_none());
+    let tree = &model.trees()[0];
+    assert_eq!(tree.n_nodes(), 4);
+    // Every node stores packed entries; none has rows.
+    assert_eq!(tree.chunks.entry_packed.len(), 1119);
+    assert!(tree.chunks.entry_weight.is_empty() && tree.chunks.row_weight.is_empty());
+    // As `xmc predict --k 3` answered `6:0.5 117:1 200:1` when the file was made.
+    assert_top3(
+        &model,
+        (&[6, 117, 200], &[0.5, 1.0, 1.0]),
+        [0, 1, 2],
+        [1.0, 0.503_505_23, 0.253_571_12],
+    );
 }

@@ -3,8 +3,8 @@
 //! what the request path indexes with is checked once, at open, down to the weight entries for a
 //! full open; a structural open leaves the entries to the bounded scoring loops.
 //!
-//! Seed it with the golden models (`tests/data/golden/model-v1.xmcb` and `model-v2.xmcb`, whose
-//! nodes store weight rows; see the README of this folder): random bytes almost never make a
+//! Seed it with the golden models (`tests/data/golden/model-v*.xmcb`: v1's nodes store entries,
+//! v2's and v3's rows, v3-bf16's packed entries; see the README of this folder): random bytes almost never make a
 //! valid model's JSON metadata, while mutations of a real model reach the tree and chunk checks.
 //! As in `bundle_open`, each input is also tried with its container checksums recomputed, so
 //! mutated sections get past the header and table CRCs.

@@ -301,6 +301,12 @@ impl Bundle {
         self.typed(name, Dtype::U8)
     }
 
+    /// The `u8` section called `name`, or an empty one when the bundle has no such section (as
+    /// [`Bundle::u32s_or_empty`]).
+    pub fn u8s_or_empty(&self, name: &str) -> Result<Section<u8>, FormatError> {
+        self.typed_or_empty(name, Dtype::U8)
+    }
+
     /// The `u16` section called `name`, zero-copy.
     pub fn u16s(&self, name: &str) -> Result<Section<u16>, FormatError> {
         self.typed(name, Dtype::U16)

@@ -111,6 +111,11 @@ impl<'a> BundleWriter<'a> {
         self.add(name, Dtype::U32, Cow::Borrowed(le_bytes(data)))
     }
 
+    /// Adds a section of `u32` values that the writer owns.
+    pub fn add_u32_owned(&mut self, name: &str, data: Vec<u32>) -> Result<&mut Self, FormatError> {
+        self.add(name, Dtype::U32, Cow::Owned(le_bytes(&data).to_vec()))
+    }
+
     /// Adds a section of `u8` values (format version 3 on).
     pub fn add_u8(&mut self, name: &str, data: Cow<'a, [u8]>) -> Result<&mut Self, FormatError> {
         self.add(name, Dtype::U8, data)

@@ -205,6 +205,26 @@ pub fn tree_section(t: usize, array: &str) -> String {
 fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
     let u = |a: &str| bundle.u32s(&format!("{prefix}.{a}"));
     let f = |a: &str| bundle.f32s(&format!("{prefix}.{a}"));
+    let packed = format!("{prefix}.chunk.entry");
+    let (out_name, weight_name) = (
+        format!("{prefix}.chunk.entry_out"),
+        format!("{prefix}.chunk.entry_weight"),
+    );
+    // Packed entries replace both arrays; a bundle that has them and either array anyway is
+    // refused by the chunk checks.
+    let (entry_out, entry_weight, entry_packed) = if bundle.section(&packed).is_some() {
+        (
+            Widths::U8(bundle.u8s_or_empty(&out_name)?),
+            bundle.f32s_or_empty(&weight_name)?,
+            bundle.u32s(&packed)?,
+        )
+    } else {
+        (
+            load_outs(bundle, &out_name)?,
+            bundle.f32s(&weight_name)?,
+            bundle.u32s_or_empty(&packed)?,
+        )
+    };
     Ok(TreeArrays {
         node_info: u("node_info")?,
         out_start: u("out_start")?,
@@ -214,8 +234,9 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             feat_start: u("chunk.feat_start")?,
             feat: u("chunk.feat")?,
             entry_start: u("chunk.entry_start")?,
-            entry_out: load_outs(bundle, &format!("{prefix}.chunk.entry_out"))?,
-            entry_weight: f("chunk.entry_weight")?,
+            entry_out,
+            entry_weight,
+            entry_packed,
             hash_start: u("chunk.hash_start")?,
             hash: u("chunk.hash")?,
             // Absent from bundles written before the rank index: read as empty.

@@ -6,14 +6,14 @@
 
 use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
-use crate::config::{ModelKind, TrainConfig};
+use crate::config::{ModelKind, TrainConfig, WeightFormat};
 use crate::data::{Dataset, LabelId};
 use crate::defrag::train::DefragArrays;
 use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section};
 use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
-use crate::tree::chunk::{Widths, narrowest};
+use crate::tree::chunk::{Widths, narrowest, pack_entries};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
@@ -97,7 +97,13 @@ impl Trained {
     /// Lays the model out as a bundle; the writer borrows the arrays.
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
-        add_arrays(&mut w, &self.trees, self.bp.as_ref(), &self.label_counts)?;
+        add_arrays(
+            &mut w,
+            &self.trees,
+            self.bp.as_ref(),
+            &self.label_counts,
+            self.meta.config.weights,
+        )?;
         add_defrag(&mut w, &self.defrag)?;
         add_names(
             &mut w,
@@ -256,6 +262,7 @@ pub fn train(
         &label_counts,
         inputs.label_names.as_deref(),
         inputs.feature_names.as_deref(),
+        cfg.weights,
     )?;
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
@@ -504,26 +511,34 @@ fn add_arrays<'a>(
     trees: &'a [TreeArrays<Vec<u32>, Vec<f32>>],
     bp: Option<&'a BpArrays<Vec<u32>, Vec<f32>>>,
     label_counts: &'a [u32],
+    weights: WeightFormat,
 ) -> Result<(), FormatError> {
     w.add_u32("labels.train_count", label_counts)?;
     for (t, a) in trees.iter().enumerate() {
-        add_tree(w, &format!("tree.{t}"), a)?;
+        add_tree(w, &format!("tree.{t}"), a, weights)?;
     }
     if let Some(bp) = bp {
-        add_tree(w, crate::router::ROUTER_PREFIX, &bp.router)?;
+        add_tree(w, crate::router::ROUTER_PREFIX, &bp.router, weights)?;
         for (b, block) in bp.blocks.iter().enumerate() {
             w.add_u32(&crate::router::block_labels_section(b), &block.labels)?;
-            add_tree(w, &crate::router::block_tree_prefix(b), &block.tree)?;
+            add_tree(
+                w,
+                &crate::router::block_tree_prefix(b),
+                &block.tree,
+                weights,
+            )?;
         }
     }
     Ok(())
 }
 
-/// Adds one tree's arrays as sections `{prefix}.{array}`.
+/// Adds one tree's arrays as sections `{prefix}.{array}`, its entries packed when `weights` is
+/// bfloat16 and every output fits 16 bits.
 fn add_tree<'a>(
     w: &mut BundleWriter<'a>,
     prefix: &str,
     a: &'a TreeArrays<Vec<u32>, Vec<f32>>,
+    weights: WeightFormat,
 ) -> Result<(), FormatError> {
     let s = |name: &str| format!("{prefix}.{name}");
     w.add_u32(&s("node_info"), &a.node_info)?;
@@ -533,13 +548,23 @@ fn add_tree<'a>(
     w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
     w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
     w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
-    // At the narrowest width that holds the tree's largest output (see `Widths`).
-    match narrowest(&a.chunks.entry_out) {
-        Widths::U8(outs) => w.add_u8(&s("chunk.entry_out"), Cow::Owned(outs))?,
-        Widths::U16(outs) => w.add_u16(&s("chunk.entry_out"), Cow::Owned(outs))?,
-        Widths::U32(outs) => w.add_u32(&s("chunk.entry_out"), outs)?,
+    let packed = match weights {
+        WeightFormat::Bf16 => pack_entries(&a.chunks.entry_out, &a.chunks.entry_weight),
+        WeightFormat::F32 => None,
     };
-    w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
+    if let Some(words) = packed {
+        // Instead of `entry_out` and `entry_weight`, so a reader that does not know packed
+        // entries refuses the bundle rather than reading a tree without them.
+        w.add_u32_owned(&s("chunk.entry"), words)?;
+    } else {
+        // At the narrowest width that holds the tree's largest output (see `Widths`).
+        match narrowest(&a.chunks.entry_out) {
+            Widths::U8(outs) => w.add_u8(&s("chunk.entry_out"), Cow::Owned(outs))?,
+            Widths::U16(outs) => w.add_u16(&s("chunk.entry_out"), Cow::Owned(outs))?,
+            Widths::U32(outs) => w.add_u32(&s("chunk.entry_out"), outs)?,
+        };
+        w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
+    }
     w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
     w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
     w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
@@ -592,9 +617,10 @@ fn content_hash(
     label_counts: &[u32],
     label_names: Option<&[String]>,
     feature_names: Option<&[String]>,
+    weights: WeightFormat,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
-    add_arrays(&mut w, trees, bp, label_counts)?;
+    add_arrays(&mut w, trees, bp, label_counts, weights)?;
     add_defrag(&mut w, defrag)?;
     add_names(&mut w, label_names, feature_names)?;
     let mut hasher = HashWriter(Sha256::new());

@@ -17,6 +17,15 @@
 //! | `entry_out` | entries | the output (child or label position) within the node; stored as `u8`, `u16` or `u32` (see [`Widths`]) |
 //! | `entry_weight` | entries | the weight |
 //!
+//! A tree may instead store its entries **packed**, one `u32` each in `entry_packed`: the output
+//! in the high 16 bits and the weight as a bfloat16 (an `f32`'s upper half, rounded to nearest)
+//! in the low 16 ([`pack_entry`]). `entry_out` and `entry_weight` are then empty. An entry's
+//! output and weight then share one read, and an entry takes four bytes instead of five or six;
+//! the trainer writes this layout when asked (`weights = "bf16"`) and every output of the tree
+//! is below 2^16. A bfloat16 keeps 8 significant bits: with the solver's pruning (weights of
+//! magnitude 0.1 and up) each weight moves by at most 0.2%, and on debian-deps (T = 1, B = 8)
+//! P@1, P@5 and nDCG@5 moved by 10^-4 or less (ARCHITECTURE.md, "Packed bfloat16 entries").
+//!
 //! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
 //!
 //! A node whose weights are dense enough stores them as **rows** instead of entries: for each of
@@ -209,14 +218,6 @@ impl OutSlice<'_> {
             Widths::U32(o) => o.get(i).copied(),
         }
     }
-
-    /// The largest of outputs `a..b` (0 when the range is empty or out of bounds).
-    fn max_in(&self, a: usize, b: usize) -> u32 {
-        fn max<T: Copy + Into<u32>>(o: &[T]) -> u32 {
-            o.iter().fold(0u32, |acc, &v| acc.max(v.into()))
-        }
-        with_width!(self, |o| o.get(a..b).map_or(0, max))
-    }
 }
 
 /// Storage of a tree's entry outputs: `u32`s (while training, and in bundles before format
@@ -264,6 +265,179 @@ pub fn narrowest(outs: &[u32]) -> NarrowOuts<'_> {
     }
 }
 
+/// Packs entry output `out` (below 2^16) and weight `w` into one word: the output in the high
+/// 16 bits, `w` rounded to the nearest bfloat16 in the low 16. A finite weight beyond the
+/// largest bfloat16 is truncated to it rather than rounded to an infinity.
+pub fn pack_entry(out: u16, w: f32) -> u32 {
+    let bits = w.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    let half = if w.is_finite() && rounded & (F32_EXP >> 16) == F32_EXP >> 16 {
+        bits >> 16
+    } else {
+        rounded
+    };
+    (u32::from(out) << 16) | (half & 0xffff)
+}
+
+/// The weight of packed entry `word` (see [`pack_entry`]).
+#[inline]
+pub fn packed_weight(word: u32) -> f32 {
+    f32::from_bits(word << 16)
+}
+
+/// `outs` and `weights` packed one entry per word ([`pack_entry`]), or `None` when an output
+/// does not fit 16 bits.
+pub fn pack_entries(outs: &[u32], weights: &[f32]) -> Option<Vec<u32>> {
+    outs.iter()
+        .zip(weights)
+        .map(|(&o, &w)| u16::try_from(o).ok().map(|o| pack_entry(o, w)))
+        .collect()
+}
+
+/// A tree's entries over plain slices, in either stored layout.
+#[derive(Clone, Copy, Debug)]
+pub enum EntrySlice<'a> {
+    /// Outputs at one of three widths and `f32` weights, in two arrays.
+    Split(OutSlice<'a>, &'a [f32]),
+    /// One word per entry ([`pack_entry`]).
+    Packed(&'a [u32]),
+}
+
+/// What the scoring and validation loops read of one entry layout. Each layout is a type of its
+/// own, so that a loop over entries is compiled once per layout and the layout is matched once
+/// per node ([`with_entries`]).
+trait EntryRun: Copy {
+    /// The number of entries.
+    fn len(self) -> usize;
+    /// Entry `e`'s output and weight.
+    fn get(self, e: usize) -> Option<(u32, f32)>;
+    /// Loads entry `e` (its output and weight bits, combined), for touching it early.
+    fn touch(self, e: usize) -> u32;
+    /// Adds entries `a..b` times `x` to `acc`. An empty or out-of-bounds range (only a bundle
+    /// opened without the O(weights) checks can hold one) adds nothing, as does an output past
+    /// `acc`.
+    fn add_range(self, a: usize, b: usize, x: f32, acc: &mut [f32]);
+    /// The largest output and the largest weight exponent bits (as in an `f32`) over entries
+    /// `a..b`, both 0 when the range is empty or out of bounds. Branch-free, so it vectorizes.
+    fn max_in(self, a: usize, b: usize) -> (u32, u32);
+}
+
+/// Split entries of one output width.
+#[derive(Clone, Copy)]
+struct Split<'a, T> {
+    outs: &'a [T],
+    weights: &'a [f32],
+}
+
+impl<T: Copy + Into<u32>> EntryRun for Split<'_, T> {
+    #[inline]
+    fn len(self) -> usize {
+        self.outs.len()
+    }
+
+    #[inline]
+    fn get(self, e: usize) -> Option<(u32, f32)> {
+        Some(((*self.outs.get(e)?).into(), *self.weights.get(e)?))
+    }
+
+    #[inline]
+    fn touch(self, e: usize) -> u32 {
+        self.outs.get(e).map_or(0, |&o| o.into()) ^ self.weights.get(e).map_or(0, |w| w.to_bits())
+    }
+
+    #[inline]
+    fn add_range(self, a: usize, b: usize, x: f32, acc: &mut [f32]) {
+        let (Some(outs), Some(weights)) = (self.outs.get(a..b), self.weights.get(a..b)) else {
+            return;
+        };
+        for (&o, &w) in outs.iter().zip(weights) {
+            let o: u32 = o.into();
+            if let Some(slot) = acc.get_mut(o as usize) {
+                *slot += w * x;
+            }
+        }
+    }
+
+    fn max_in(self, a: usize, b: usize) -> (u32, u32) {
+        let (Some(outs), Some(weights)) = (self.outs.get(a..b), self.weights.get(a..b)) else {
+            return (0, 0);
+        };
+        (
+            outs.iter().fold(0u32, |acc, &v| acc.max(v.into())),
+            weights
+                .iter()
+                .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP)),
+        )
+    }
+}
+
+/// Packed entries.
+#[derive(Clone, Copy)]
+struct Packed<'a>(&'a [u32]);
+
+impl EntryRun for Packed<'_> {
+    #[inline]
+    fn len(self) -> usize {
+        self.0.len()
+    }
+
+    #[inline]
+    fn get(self, e: usize) -> Option<(u32, f32)> {
+        self.0.get(e).map(|&word| (word >> 16, packed_weight(word)))
+    }
+
+    #[inline]
+    fn touch(self, e: usize) -> u32 {
+        self.0.get(e).copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn add_range(self, a: usize, b: usize, x: f32, acc: &mut [f32]) {
+        let Some(words) = self.0.get(a..b) else {
+            return;
+        };
+        for &word in words {
+            if let Some(slot) = acc.get_mut((word >> 16) as usize) {
+                *slot += packed_weight(word) * x;
+            }
+        }
+    }
+
+    fn max_in(self, a: usize, b: usize) -> (u32, u32) {
+        self.0.get(a..b).map_or((0, 0), |words| {
+            words.iter().fold((0u32, 0u32), |(o, e), &word| {
+                (o.max(word >> 16), e.max((word << 16) & F32_EXP))
+            })
+        })
+    }
+}
+
+/// Evaluates `$body` with `$e` bound to the [`EntryRun`] of `$entries` (an [`EntrySlice`]),
+/// whichever layout and width it is, so that a generic loop in `$body` is compiled once per
+/// layout and the layout is matched once.
+macro_rules! with_entries {
+    ($entries:expr, |$e:ident| $body:expr) => {
+        match $entries {
+            EntrySlice::Split(Widths::U8(outs), weights) => {
+                let $e = Split { outs, weights };
+                $body
+            }
+            EntrySlice::Split(Widths::U16(outs), weights) => {
+                let $e = Split { outs, weights };
+                $body
+            }
+            EntrySlice::Split(Widths::U32(outs), weights) => {
+                let $e = Split { outs, weights };
+                $body
+            }
+            EntrySlice::Packed(words) => {
+                let $e = Packed(words);
+                $body
+            }
+        }
+    };
+}
+
 /// The chunk arrays of all nodes of one tree, generic over the storage (owned `Vec`s while
 /// training, memory-mapped sections when serving). The entry outputs have their own storage
 /// type `O` (see [`Widths`]), `u32`s like the other indexes unless named.
@@ -279,6 +453,10 @@ pub struct Chunks<U, F, O = U> {
     pub entry_out: O,
     /// Weight of each entry.
     pub entry_weight: F,
+    /// The entries packed one per word (see the module docs), or empty when they are in
+    /// `entry_out` and `entry_weight` (in bundles before packing, or written without it). A tree
+    /// with packed entries has empty `entry_out` and `entry_weight`.
+    pub entry_packed: U,
     /// Per node, the start of its feature hash table in `hash` (length nodes + 1). A node's
     /// table has a power-of-two number of slots, at least twice its feature count (none when it
     /// has no features).
@@ -343,6 +521,7 @@ impl ChunksBuilder {
             entry_start: vec![0],
             entry_out: Vec::new(),
             entry_weight: Vec::new(),
+            entry_packed: Vec::new(),
             hash_start: vec![0],
             hash: Vec::new(),
             rank_start: vec![0],
@@ -498,6 +677,7 @@ impl ChunksBuilder {
             entry_start: &self.entry_start,
             entry_out: narrowest(&self.entry_out),
             entry_weight: &self.entry_weight,
+            entry_packed: &self.entry_packed,
             hash_start: &self.hash_start,
             hash: &self.hash,
             rank_start: &self.rank_start,
@@ -527,12 +707,23 @@ where
             entry_start: &self.entry_start,
             entry_out: self.entry_out.outs(),
             entry_weight: &self.entry_weight,
+            entry_packed: &self.entry_packed,
             hash_start: &self.hash_start,
             hash: &self.hash,
             rank_start: &self.rank_start,
             rank: &self.rank,
             row_start: &self.row_start,
             row_weight: &self.row_weight,
+        }
+    }
+
+    /// The entries, in whichever layout they are stored.
+    #[inline]
+    pub fn entries(&self) -> EntrySlice<'_> {
+        if self.entry_packed.is_empty() {
+            EntrySlice::Split(self.entry_out.outs(), &self.entry_weight)
+        } else {
+            EntrySlice::Packed(&self.entry_packed)
         }
     }
 
@@ -555,7 +746,7 @@ where
         rows: RowChoice,
     ) -> Result<ChunksBuilder, ChunkError> {
         self.validate_structure(n_outputs)?;
-        let entry_outs = self.entry_out.outs();
+        let entries = self.entries();
         let mut b = ChunksBuilder::new();
         for (node, &m) in n_outputs.iter().enumerate() {
             let mut outs: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); m];
@@ -571,12 +762,13 @@ where
                     }
                 }
                 for e in self.entry_start[p] as usize..self.entry_start[p + 1] as usize {
-                    let out = entry_outs.get(e).unwrap_or(u32::MAX);
+                    let (out, w) =
+                        with_entries!(entries, |es| es.get(e)).unwrap_or((u32::MAX, 0.0));
                     let o = outs
                         .get_mut(out as usize)
                         .ok_or_else(|| self.entry_error(node, m, usize::MAX))?;
                     o.0.push(self.feat[p]);
-                    o.1.push(self.entry_weight[e]);
+                    o.1.push(w);
                 }
             }
             b.push_node_as(outs.iter().map(|(i, v)| (&i[..], &v[..])), index, rows)?;
@@ -611,7 +803,8 @@ where
     /// The number of non-zero stored weights (a row's zeros are padding, not weights), so the
     /// count does not depend on the layout.
     pub fn n_weights(&self) -> usize {
-        self.entry_weight.len() + self.row_weight.iter().filter(|&&w| w != 0.0).count()
+        with_entries!(self.entries(), |e| e.len())
+            + self.row_weight.iter().filter(|&&w| w != 0.0).count()
     }
 
     /// Checks every offset, feature id, output index, weight and hash slot, given each node's
@@ -649,14 +842,21 @@ where
                 at: 0,
             });
         }
-        let n_entries = self.entry_out.outs().len();
+        let n_entries = with_entries!(self.entries(), |e| e.len());
         if self.entry_start.last().map(|&x| x as usize) != Some(n_entries) {
             return Err(ChunkError::Offsets {
                 array: "entry_start",
                 at: self.entry_start.len() - 1,
             });
         }
-        expect_len("entry_weight", self.entry_weight.len(), n_entries)?;
+        let outs = self.entry_out.outs().len();
+        if self.entry_packed.is_empty() {
+            expect_len("entry_weight", self.entry_weight.len(), outs)?;
+        } else {
+            // Packed entries stand in for both arrays.
+            expect_len("entry_out", outs, 0)?;
+            expect_len("entry_weight", self.entry_weight.len(), 0)?;
+        }
         expect_len("hash_start", self.hash_start.len(), n_outputs.len() + 1)?;
         check_offsets("hash_start", &self.hash_start, self.hash.len())?;
         let n_nodes = n_outputs.len();
@@ -705,8 +905,12 @@ where
     /// of its node's features at its position, and every rank block counting and marking
     /// exactly its node's features.
     fn validate_entries(&self, n_outputs: &[usize], n_features: usize) -> Result<(), ChunkError> {
-        let outs = self.entry_out.outs();
-        check_offsets("entry_start", &self.entry_start, outs.len())?;
+        let entries = self.entries();
+        check_offsets(
+            "entry_start",
+            &self.entry_start,
+            with_entries!(entries, |e| e.len()),
+        )?;
         for node in 0..n_outputs.len() {
             let start = self.feat_start[node] as usize;
             let n = self.feat_start[node + 1] as usize - start;
@@ -755,11 +959,8 @@ where
             let sorted = feats.windows(2).fold(true, |ok, w| ok & (w[0] < w[1]));
             let in_range = feats.last().is_none_or(|&f| (f as usize) < n_features);
             let (a, b) = (self.entry_start[p0] as usize, self.entry_start[p1] as usize);
-            let max_out = outs.max_in(a, b);
             // An exponent of all ones is an infinity or a NaN.
-            let max_exp = self.entry_weight[a..b]
-                .iter()
-                .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
+            let (max_out, max_exp) = with_entries!(entries, |e| e.max_in(a, b));
             let outs_ok = a == b || (max_out as usize) < m;
             let rows = self.node_rows(node);
             if !rows.is_empty() && a != b {
@@ -783,7 +984,7 @@ where
     #[cold]
     fn entry_error(&self, node: usize, m: usize, n_features: usize) -> ChunkError {
         let feats = self.feat_start[node] as usize..self.feat_start[node + 1] as usize;
-        let outs = self.entry_out.outs();
+        let entries = self.entries();
         let mut prev: Option<u32> = None;
         for p in feats {
             let f = self.feat[p];
@@ -795,9 +996,10 @@ where
                 };
             }
             prev = Some(f);
-            let entries = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
-            for e in entries {
-                let output = outs.get(e).unwrap_or(u32::MAX);
+            let range = self.entry_start[p] as usize..self.entry_start[p + 1] as usize;
+            for e in range {
+                let (output, w) =
+                    with_entries!(entries, |es| es.get(e)).unwrap_or((u32::MAX, f32::NAN));
                 if output as usize >= m {
                     return ChunkError::Output {
                         node,
@@ -805,7 +1007,7 @@ where
                         n_outputs: m,
                     };
                 }
-                if !self.entry_weight[e].is_finite() {
+                if !w.is_finite() {
                     return ChunkError::Weight { node };
                 }
             }
@@ -945,39 +1147,14 @@ where
             }
             return;
         }
-        let outs = self.entry_out.outs();
-        with_width!(outs, |o| self.add_found_entries(o, start, pos, val, acc));
-    }
-
-    /// [`Chunks::add_found`] for a node that stores entries, with outputs `outs`: first every
-    /// entry range, then every entry.
-    #[inline]
-    fn add_found_entries<T: Copy + Into<u32>>(
-        &self,
-        outs: &[T],
-        start: usize,
-        pos: &[usize],
-        val: &[f32],
-        acc: &mut [f32],
-    ) {
-        let mut range = [(0u32, 0u32); LOOKUP_BLOCK];
-        for (r, &p) in range.iter_mut().zip(pos) {
-            let p = start + p;
-            *r = (self.entry_start[p], self.entry_start[p + 1]);
-        }
-        let range = &range[..pos.len().min(LOOKUP_BLOCK)];
-        // Touch the first output and weight of every range before adding any: independent loads
-        // whose cache misses overlap. The adds below branch on each loaded output, which keeps
-        // the processor from running far ahead into the next range's misses.
-        let touched = range.iter().fold(0u32, |t, &(a, _)| {
-            let a = a as usize;
-            t ^ outs.get(a).map_or(0, |&o| o.into())
-                ^ self.entry_weight.get(a).map_or(0, |w| w.to_bits())
-        });
-        std::hint::black_box(touched);
-        for (&(a, b), &x) in range.iter().zip(val) {
-            self.add_range(outs, a as usize, b as usize, x, acc);
-        }
+        with_entries!(self.entries(), |e| add_found_entries(
+            e,
+            &self.entry_start,
+            start,
+            pos,
+            val,
+            acc
+        ));
     }
 
     /// [`Chunks::score`] by one pass over the chunk's features, each looked up in the dense query.
@@ -1035,30 +1212,37 @@ where
             self.entry_start[pos] as usize,
             self.entry_start[pos + 1] as usize,
         );
-        let outs = self.entry_out.outs();
-        with_width!(outs, |o| self.add_range(o, a, b, x, acc));
+        with_entries!(self.entries(), |e| e.add_range(a, b, x, acc));
     }
+}
 
-    /// Adds entries `a..b` (outputs from `outs`) times `x` to `acc`. An empty or out-of-bounds
-    /// range (only a bundle opened without the O(weights) checks can hold one) adds nothing.
-    #[inline]
-    fn add_range<T: Copy + Into<u32>>(
-        &self,
-        outs: &[T],
-        a: usize,
-        b: usize,
-        x: f32,
-        acc: &mut [f32],
-    ) {
-        let (Some(outs), Some(weights)) = (outs.get(a..b), self.entry_weight.get(a..b)) else {
-            return;
-        };
-        for (&o, &w) in outs.iter().zip(weights) {
-            let o: u32 = o.into();
-            if let Some(slot) = acc.get_mut(o as usize) {
-                *slot += w * x;
-            }
-        }
+/// [`Chunks::add_found`] for a node that stores entries (read through `entries`, located by
+/// `entry_start`): the features found at positions `pos` within the node whose features start
+/// at `start`, times `val`, added to `acc`. First every entry range, then every entry.
+#[inline]
+fn add_found_entries<E: EntryRun>(
+    entries: E,
+    entry_start: &[u32],
+    start: usize,
+    pos: &[usize],
+    val: &[f32],
+    acc: &mut [f32],
+) {
+    let mut range = [(0u32, 0u32); LOOKUP_BLOCK];
+    for (r, &p) in range.iter_mut().zip(pos) {
+        let p = start + p;
+        *r = (entry_start[p], entry_start[p + 1]);
+    }
+    let range = &range[..pos.len().min(LOOKUP_BLOCK)];
+    // Touch the first entry of every range before adding any: independent loads whose cache
+    // misses overlap. The adds below branch on each loaded output, which keeps the processor
+    // from running far ahead into the next range's misses.
+    let touched = range
+        .iter()
+        .fold(0u32, |t, &(a, _)| t ^ entries.touch(a as usize));
+    std::hint::black_box(touched);
+    for (&(a, b), &x) in range.iter().zip(val) {
+        entries.add_range(a as usize, b as usize, x, acc);
     }
 }
 
@@ -1207,7 +1391,14 @@ mod tests {
         let outs: OutSlice<'_> = Widths::U16(&[7, 300, 2]);
         assert_eq!((outs.len(), outs.byte_len()), (3, 6));
         assert_eq!((outs.get(1), outs.get(3)), (Some(300), None));
-        assert_eq!((outs.max_in(0, 3), outs.max_in(2, 9)), (300, 0));
+        let split = Split {
+            outs: &[7u16, 300, 2][..],
+            weights: &[1.0, f32::INFINITY, -0.5][..],
+        };
+        assert_eq!(
+            (split.max_in(0, 3), split.max_in(2, 9)),
+            ((300, F32_EXP), (0, 0))
+        );
     }
 
     /// A node of `m` outputs, output `o` using features `o % 13` and `13 + (7o) % 50`, scores the
@@ -1254,6 +1445,144 @@ mod tests {
             for how in 0..3 {
                 assert_eq!(score(&narrow.borrowed(), how), score(&b.borrowed(), how));
             }
+        }
+    }
+
+    #[test]
+    fn pack_entry_rounds_to_the_nearest_bfloat16() {
+        let half = |w: f32| pack_entry(0, w) & 0xffff;
+        assert_eq!(pack_entry(3, 1.0), (3 << 16) | 0x3f80);
+        assert_eq!(pack_entry(u16::MAX, -0.5), 0xffff_bf00);
+        assert_eq!(packed_weight(pack_entry(7, -0.5)), -0.5);
+        // Ties go to the even neighbour; past a tie, up.
+        assert_eq!(half(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(half(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(half(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert_eq!(half(f32::from_bits(0x3f80_7fff)), 0x3f80);
+        // A finite weight never becomes infinite; a non-finite one stays non-finite.
+        assert_eq!(half(f32::MAX), 0x7f7f);
+        assert_eq!(half(f32::MIN), 0xff7f);
+        assert_eq!(packed_weight(pack_entry(0, f32::INFINITY)), f32::INFINITY);
+        assert!(packed_weight(pack_entry(0, f32::NAN)).is_nan());
+        assert!(!packed_weight(pack_entry(0, f32::from_bits(0x7f80_0001))).is_finite());
+        // Every weight moves by at most half a unit in the 8th significant bit.
+        for w in [0.1f32, -0.3, 0.777, 12.5, -1e-3] {
+            let r = packed_weight(pack_entry(0, w));
+            assert!((r - w).abs() <= w.abs() / 256.0, "{w} -> {r}");
+        }
+        assert_eq!(
+            pack_entries(&[1, 2], &[1.0, 2.0]),
+            Some(vec![0x1_3f80, 0x2_4000])
+        );
+        assert_eq!(pack_entries(&[65_536], &[1.0]), None);
+    }
+
+    /// A tree's entries packed score, rebuild and validate as the same entries unpacked with
+    /// their weights rounded to bfloat16, by every lookup; and validation reads the packed
+    /// outputs and weights.
+    #[test]
+    fn packed_entries_score_like_rounded_split_entries() {
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(5);
+        for m in [5usize, 300] {
+            let feats: Vec<[u32; 2]> = (0..m as u32).map(|o| [o % 13, 13 + (o * 7) % 50]).collect();
+            let weights: Vec<[f32; 2]> = (0..m).map(|o| [o as f32 * 0.37 + 0.1, -1.3]).collect();
+            let mut b = ChunksBuilder::new();
+            for index in [IndexChoice::Rank, IndexChoice::Hash] {
+                b.push_node_as(
+                    feats.iter().zip(&weights).map(|(f, w)| (&f[..], &w[..])),
+                    index,
+                    RowChoice::Entries,
+                )
+                .unwrap();
+            }
+            // A third node of random outputs, for the scan and search paths on sparse data.
+            let (outputs, _, _) = random_node_and_query(&mut rng, 63);
+            b.push_node(outputs.iter().map(|(i, v)| (&i[..], &v[..])))
+                .unwrap();
+            let n_outputs = [m, m, outputs.len()];
+            let words = pack_entries(&b.entry_out, &b.entry_weight).unwrap();
+            let mut rounded = b.clone();
+            for w in &mut rounded.entry_weight {
+                *w = packed_weight(pack_entry(0, *w));
+            }
+            let mut packed = b.borrowed();
+            packed.entry_out = Widths::U8(&[]);
+            packed.entry_weight = &[];
+            packed.entry_packed = &words;
+            assert!(matches!(packed.entries(), EntrySlice::Packed(_)));
+            packed.validate(&n_outputs, 63).unwrap();
+            assert_eq!(packed.n_weights(), rounded.n_weights());
+            assert_eq!(
+                packed.rebuilt(&n_outputs, IndexChoice::Smaller).unwrap(),
+                rounded.rebuilt(&n_outputs, IndexChoice::Smaller).unwrap()
+            );
+            let (q_idx, q_val) = ([2u32, 13, 20, 40, 62], [1.0f32, 2.0, 0.5, -1.0, 3.0]);
+            let mut dense = vec![0f32; 63];
+            for (&i, &v) in q_idx.iter().zip(&q_val) {
+                dense[i as usize] = v;
+            }
+            let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize| {
+                let mut acc = vec![0f32; n_outputs[node]];
+                match how {
+                    0 => c.score_scan(node, &dense, &mut acc),
+                    1 => c.score_search(node, &q_idx, &q_val, &mut acc),
+                    2 => c.score(node, &q_idx, &q_val, &dense, &mut acc),
+                    _ if node == 1 => c.score_hash(node, &q_idx, &q_val, &mut acc),
+                    _ => c.score_rank(node, &q_idx, &q_val, &mut acc),
+                }
+                acc
+            };
+            for node in 0..3 {
+                for how in 0..4 {
+                    let want = score(&rounded.borrowed(), node, how);
+                    assert_eq!(
+                        score(&packed, node, how),
+                        want,
+                        "m {m} node {node} how {how}"
+                    );
+                }
+            }
+            assert!(matches!(
+                packed.validate(&[m - 1, m, outputs.len()], 63),
+                Err(ChunkError::Output { node: 0, .. })
+            ));
+            // A non-finite packed weight, and packed entries beside either split array.
+            let mut bad = words.clone();
+            bad[1] |= 0x7f80;
+            let mut corrupt = packed.clone();
+            corrupt.entry_packed = &bad;
+            assert_eq!(
+                corrupt.validate(&n_outputs, 63),
+                Err(ChunkError::Weight { node: 0 })
+            );
+            let mut both = packed.clone();
+            both.entry_weight = &b.entry_weight;
+            assert!(matches!(
+                both.validate_structure(&n_outputs),
+                Err(ChunkError::Length {
+                    array: "entry_weight",
+                    ..
+                })
+            ));
+            both.entry_weight = &[];
+            both.entry_out = Widths::U32(&b.entry_out);
+            assert!(matches!(
+                both.validate_structure(&n_outputs),
+                Err(ChunkError::Length {
+                    array: "entry_out",
+                    ..
+                })
+            ));
+            // A packed array of the wrong length for its offsets.
+            let mut short = packed.clone();
+            short.entry_packed = &words[1..];
+            assert!(matches!(
+                short.validate_structure(&n_outputs),
+                Err(ChunkError::Offsets {
+                    array: "entry_start",
+                    ..
+                })
+            ));
         }
     }
 
