@@ -671,20 +671,7 @@ impl ChunksBuilder {
     /// A view of the same chunks with the entry outputs at the narrowest width that holds them,
     /// as a bundle stores them.
     pub fn narrowed(&self) -> Chunks<&[u32], &[f32], NarrowOuts<'_>> {
-        Chunks {
-            feat_start: &self.feat_start,
-            feat: &self.feat,
-            entry_start: &self.entry_start,
-            entry_out: narrowest(&self.entry_out),
-            entry_weight: &self.entry_weight,
-            entry_packed: &self.entry_packed,
-            hash_start: &self.hash_start,
-            hash: &self.hash,
-            rank_start: &self.rank_start,
-            rank: &self.rank,
-            row_start: &self.row_start,
-            row_weight: &self.row_weight,
-        }
+        self.with_outs(narrowest(&self.entry_out))
     }
 }
 
@@ -701,11 +688,16 @@ where
 
     /// The same chunks over plain slices (see [`super::view::TreeArrays::borrowed`]).
     pub fn borrowed(&self) -> Chunks<&[u32], &[f32], OutSlice<'_>> {
+        self.with_outs(self.entry_out.outs())
+    }
+
+    /// The same chunks over plain slices, with `entry_out` standing in for the outputs.
+    fn with_outs<P>(&self, entry_out: P) -> Chunks<&[u32], &[f32], P> {
         Chunks {
             feat_start: &self.feat_start,
             feat: &self.feat,
             entry_start: &self.entry_start,
-            entry_out: self.entry_out.outs(),
+            entry_out,
             entry_weight: &self.entry_weight,
             entry_packed: &self.entry_packed,
             hash_start: &self.hash_start,
