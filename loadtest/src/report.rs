@@ -107,6 +107,10 @@ pub struct HotSwapReport {
     pub peak_rss_kb_hwm: Option<u64>,
     /// The largest VmRSS sampled every 50 ms, kB.
     pub peak_rss_kb_sampled: u64,
+    /// The server's CPU time (user + system, every thread, the loads' included) per request
+    /// scheduled, µs: before the swaps and during them. Sampled every 50 ms from
+    /// `/proc/PID/stat`, so each figure is good to a few clock ticks over its phase.
+    pub cpu_us_per_request: [Option<f64>; 2],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
     /// Both bundles + 64 MiB, kB.
@@ -414,12 +418,20 @@ pub fn markdown(r: &Report) -> String {
             f64::NAN
         };
         let peak = h.peak_rss_kb_hwm.unwrap_or(h.peak_rss_kb_sampled);
+        let cpu = match h.cpu_us_per_request {
+            [Some(b), Some(d)] => format!(
+                "{b:.1} µs before, {d:.1} µs during ({:.2}×; the loads' own CPU included)",
+                d / b
+            ),
+            _ => "not read".to_string(),
+        };
         let _ = writeln!(
             m,
             "\n- failed requests: **{}**\n- p99 during / before: **{ratio:.2}×**\n- peak server \
              RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} MiB \
              + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
-             stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n",
+             stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n\
+             - server CPU per request: {cpu}\n",
             h.failed,
             mb(peak),
             mb(h.peak_rss_kb_sampled),

@@ -413,6 +413,12 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
     Ok(())
 }
 
+/// The server's CPU seconds at `t` (seconds since the run's start), from the first sample at or
+/// after it; `None` when no sample is that late.
+fn cpu_at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
+    samples.iter().find(|x| x.0 >= t).map(|x| x.1)
+}
+
 /// Points `link` at `target` by an atomic rename of a fresh symlink over it.
 fn swap_link(link: &Path, target: &Path) -> anyhow::Result<()> {
     let tmp = link.with_extension("tmp-link");
@@ -511,7 +517,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             srv.url.clone(),
             token.clone(),
         );
-        let (swaps, method, before) = (h.swaps, h.method, h.before_s);
+        let (swaps, method, before, force) = (h.swaps, h.method, h.before_s, h.force);
         tokio::spawn(async move {
             let mut log: Vec<(f64, bool, String)> = Vec::new();
             let start = t0 + Duration::from_secs_f64(before);
@@ -532,7 +538,12 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                     err = format!("{e:#}");
                 } else if admin {
                     let auth = format!("Bearer {token}");
-                    let u = server::uri(&url, "/v1/admin/reload");
+                    let route = if force {
+                        "/v1/admin/reload?force=true"
+                    } else {
+                        "/v1/admin/reload"
+                    };
+                    let u = server::uri(&url, route);
                     if let Ok(u) = u {
                         let (st, body) = engine::send(
                             &client,
@@ -562,20 +573,24 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         let cancel = ctx.cancel.clone();
         tokio::spawn(async move {
             let mut peak = 0u64;
+            let mut cpu = Vec::new();
             let end = t0 + Duration::from_secs_f64(total + 1.0);
             while Instant::now() < end && !cancel.is_cancelled() {
                 if let Some(kb) = pid.and_then(|p| server::proc_status_kb(p, "VmRSS")) {
                     peak = peak.max(kb);
                 }
+                if let Some(s) = pid.and_then(server::proc_cpu_s) {
+                    cpu.push((t0.elapsed().as_secs_f64(), s));
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            peak
+            (peak, cpu)
         })
     };
     let load_before = loadavg();
     let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
     let log = swapper.await.unwrap_or_default();
-    let sampled_peak = sampler.await.unwrap_or(0);
+    let (sampled_peak, cpu) = sampler.await.unwrap_or_default();
     let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
     let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
@@ -583,6 +598,14 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let last = log.last().map_or(first, |x| x.0) + interval.as_secs_f64();
     let before = stats::summarize_window(&r, 0.0, h.before_s.min(first));
     let during = stats::summarize_window(&r, first, last);
+    let cpu_us = |from: f64, to: f64, s: &stats::Summary| {
+        let spent = cpu_at(&cpu, to)? - cpu_at(&cpu, from)?;
+        (s.scheduled > 0).then(|| spent * 1e6 / s.scheduled as f64)
+    };
+    let cpu_us_per_request = [
+        cpu_us(0.0, h.before_s.min(first), &before),
+        cpu_us(first, last, &during),
+    ];
     let all = stats::summarize_run(&r);
     // What a swap costs the requests right after it, against drift over the whole run.
     let swap_times: Vec<f64> = log.iter().map(|x| x.0).collect();
@@ -644,6 +667,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         reloads_after,
         peak_rss_kb_hwm: hwm,
         peak_rss_kb_sampled: sampled_peak,
+        cpu_us_per_request,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,
         loadavg: load_before,

@@ -195,6 +195,12 @@ pub struct HotSwap {
     /// The server's poll interval, ms.
     #[serde(default = "default_poll")]
     pub poll_interval_ms: u64,
+    /// Admin reloads ask for `?force=true`, which reloads even the file already serving. With
+    /// the same bundle twice and `method = "admin"`, every swap then goes through the whole
+    /// load (open, checksums, pre-fault, warm-up, publish, release) onto the same page-cache
+    /// pages: the swap's own cost without a new model's cold caches.
+    #[serde(default)]
+    pub force: bool,
 }
 
 fn default_interval() -> u64 {
@@ -360,6 +366,12 @@ impl Scenario {
                 if h.interval_ms == 0 || h.poll_interval_ms == 0 {
                     bail!("`hot_swap.interval_ms` and `hot_swap.poll_interval_ms` must be ≥ 1");
                 }
+                if h.force && h.method != SwapMethod::Admin {
+                    bail!(
+                        "`hot_swap.force` needs `method = \"admin\"`: only the admin route \
+                         can force a reload"
+                    );
+                }
             }
             Kind::MaxRate => {
                 if self.max_rate.is_none() {
@@ -451,6 +463,25 @@ swaps = 3
 "#;
         let e = err(hs);
         assert!(e.contains("hot_swap.rate") && e.contains("> 0"), "{e}");
+    }
+
+    #[test]
+    fn forced_swaps_need_the_admin_route() {
+        let hs = r#"
+kind = "hot-swap"
+[data]
+test = "x"
+[hot_swap]
+rate = 100
+bundles = ["a", "a"]
+swaps = 3
+force = true
+"#;
+        let e = err(hs);
+        assert!(e.contains("hot_swap.force") && e.contains("admin"), "{e}");
+        let s = Scenario::parse(&hs.replace("force = true", "force = true\nmethod = \"admin\""))
+            .expect("forced admin swaps parse");
+        assert!(s.hot_swap.is_some_and(|h| h.force));
     }
 
     #[test]

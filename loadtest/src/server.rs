@@ -188,3 +188,36 @@ pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
+
+/// A process's CPU time so far (user + system, all threads, `/proc/PID/stat`), seconds, if
+/// readable. The kernel counts it in clock ticks (10 ms where `USER_HZ` is 100).
+pub fn proc_cpu_s(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_s_of_stat(&text, rustix::param::clock_ticks_per_second())
+}
+
+/// `utime + stime` from a `/proc/PID/stat` line, in seconds. The command name (field 2) may
+/// hold spaces and parentheses, so fields are counted from its closing parenthesis.
+fn cpu_s_of_stat(stat: &str, ticks_per_s: u64) -> Option<f64> {
+    let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    // After the name: state (3), ppid … cmajflt (4–12), utime (14), stime (15).
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    (ticks_per_s > 0).then(|| (utime + stime) as f64 / ticks_per_s as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_past_a_name_with_spaces_and_parens() {
+        let stat = "4242 (xmc (serve) x) S 1 4242 4242 0 -1 4194560 1200 0 3 0 250 75 0 0 20 0 \
+                    5 0 1000 123456 789 18446744073709551615";
+        assert_eq!(cpu_s_of_stat(stat, 100), Some(3.25));
+        assert_eq!(cpu_s_of_stat("4242 (xmc) S 1", 100), None);
+        assert_eq!(cpu_s_of_stat("no name here", 100), None);
+        // This process has run for a while already.
+        assert!(proc_cpu_s(std::process::id()).is_some_and(|s| s >= 0.0));
+    }
+}
