@@ -41,8 +41,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cfg.runtime == crate::serve::config::Runtime::PerCore {
+        // The API is served by threads of its own; this runtime keeps only the poller, the
+        // metrics port and the signals.
+        builder.worker_threads(1);
+    }
+    let runtime = builder.enable_all().build()?;
     runtime.block_on(crate::serve::run(cfg))
 }

@@ -54,6 +54,17 @@ pub enum SinglePredict {
     Pool,
 }
 
+/// How the API's connections are spread over threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// One multi-threaded tokio runtime, one worker per core, sharing work by stealing.
+    Shared,
+    /// One single-threaded runtime per core, each accepting on a listener of its own
+    /// (`SO_REUSEPORT`, so the kernel spreads connections over them): a connection stays on one
+    /// thread, and no worker wakes another to share its work (Unix only).
+    PerCore,
+}
+
 /// What a model load checks before the model is published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadChecks {
@@ -83,6 +94,8 @@ pub struct ServeConfig {
     /// Where single predictions run (see ARCHITECTURE.md for the measurements behind the
     /// default, `inline`).
     pub single_predict: SinglePredict,
+    /// How connections are spread over threads (`shared` or `per_core`).
+    pub runtime: Runtime,
     /// The largest request body, in bytes.
     pub body_limit_bytes: usize,
     /// The most instances in one batch request.
@@ -123,6 +136,7 @@ impl ServeConfig {
             poll_interval_ms: 1000,
             pool_threads: 0,
             single_predict: SinglePredict::Inline,
+            runtime: Runtime::Shared,
             body_limit_bytes: 1 << 20,
             max_batch: 256,
             max_k: 100,
@@ -147,6 +161,7 @@ impl ServeConfig {
         "poll_interval_ms",
         "pool_threads",
         "single_predict",
+        "runtime",
         "body_limit_bytes",
         "max_batch",
         "max_k",
@@ -262,6 +277,16 @@ impl ServeConfig {
                     other => return Err(bad(format!("`{other}` is not `inline` or `pool`"))),
                 }
             }
+            "runtime" => {
+                self.runtime = match value {
+                    "shared" => Runtime::Shared,
+                    "per_core" if cfg!(unix) => Runtime::PerCore,
+                    "per_core" => {
+                        return Err(bad("`per_core` needs SO_REUSEPORT (Unix)".to_string()));
+                    }
+                    other => return Err(bad(format!("`{other}` is not `shared` or `per_core`"))),
+                }
+            }
             "log_format" => {
                 self.log_format = match value {
                     "text" => LogFormat::Text,
@@ -352,6 +377,19 @@ mod tests {
         assert_eq!(cfg.load_checks, LoadChecks::Full);
         let err = ServeConfig::load(None, &[], &[("load_checks", "some".into())]).unwrap_err();
         assert!(err.to_string().contains("load_checks"), "{err}");
+    }
+
+    #[test]
+    fn runtime_is_shared_by_default_or_per_core() {
+        assert_eq!(
+            ServeConfig::load(None, &[], &[]).unwrap().runtime,
+            Runtime::Shared
+        );
+        let env = vec![("XMC_RUNTIME".to_string(), "per_core".to_string())];
+        let cfg = ServeConfig::load(None, &env, &[]).unwrap();
+        assert_eq!(cfg.runtime, Runtime::PerCore);
+        let err = ServeConfig::load(None, &[], &[("runtime", "threads".into())]).unwrap_err();
+        assert!(err.to_string().contains("runtime"), "{err}");
     }
 
     #[test]

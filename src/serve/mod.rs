@@ -242,25 +242,120 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         let metrics = metrics_app(state.clone());
         tokio::spawn(async move { axum::serve(listener, metrics).await });
     }
-    let listener = tokio::net::TcpListener::bind(&state.cfg.bind).await?;
-    tracing::info!(bind = %state.cfg.bind, model = %state.cfg.model.display(), "serving");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(async move {
-        let _ = rx.await;
-    });
-    let mut server = tokio::spawn(async move { server.await });
+    // Every server reports its end on `done`; `stop` asks them all to drain.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Result<()>>();
+    let servers = match state.cfg.runtime {
+        config::Runtime::Shared => {
+            let listener = tokio::net::TcpListener::bind(&state.cfg.bind).await?;
+            let server =
+                axum::serve(listener, app(state.clone())).with_graceful_shutdown(stopped(stop_rx));
+            let done = done_tx.clone();
+            tokio::spawn(async move {
+                let _ = done.send(server.await);
+            });
+            1
+        }
+        config::Runtime::PerCore => serve_per_core(&state, stop_rx, &done_tx)?.0,
+    };
+    drop(done_tx);
+    tracing::info!(bind = %state.cfg.bind, model = %state.cfg.model.display(), servers, "serving");
+    let all_done = async move {
+        for _ in 0..servers {
+            match done_rx.recv().await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(anyhow::Error::from(e)),
+                None => break,
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::pin!(all_done);
     tokio::select! {
-        r = &mut server => { r??; return Ok(()); }
+        r = &mut all_done => return r,
         _ = shutdown_signal() => {}
     }
     tracing::info!("shutting down: draining in-flight requests");
-    let _ = tx.send(());
+    let _ = stop_tx.send(true);
     let drain = Duration::from_millis(state.cfg.shutdown_timeout_ms);
-    match tokio::time::timeout(drain, &mut server).await {
-        Ok(r) => r??,
+    match tokio::time::timeout(drain, &mut all_done).await {
+        Ok(r) => r?,
         Err(_) => tracing::warn!("drain timed out; exiting with requests in flight"),
     }
     Ok(())
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|&s| s).await;
+}
+
+/// [`config::Runtime::PerCore`]: binds one listener per core to the API address (with
+/// `SO_REUSEPORT`, so the kernel spreads connections over them; on an ephemeral port, the first
+/// one's port), and serves each on a thread of its own under a single-threaded runtime. Returns
+/// how many servers it started and the address they share; each reports its end on `done`. A
+/// bind error is returned here, before anything serves.
+fn serve_per_core(
+    state: &Arc<AppState>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    done: &tokio::sync::mpsc::UnboundedSender<std::io::Result<()>>,
+) -> anyhow::Result<(usize, std::net::SocketAddr)> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let addr: std::net::SocketAddr = state.cfg.bind.parse()?;
+    // The listeners below would share the port with any other `SO_REUSEPORT` socket of this
+    // user, a second server included, and split the connections with it. A probe without the
+    // option fails while anything holds the port, so a second server is refused here, as it is
+    // with `shared`. (On port 0 the probe also picks the port.)
+    let probe = std::net::TcpListener::bind(addr)?;
+    let mut addr = probe.local_addr()?;
+    drop(probe);
+    let mut listeners = Vec::with_capacity(n);
+    for _ in 0..n {
+        let listener = reuse_port_listener(addr)?;
+        addr = listener.local_addr()?;
+        // Registered with this runtime by `listen`; taken out so another runtime can own it.
+        listeners.push(listener.into_std()?);
+    }
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (state, stop, done) = (state.clone(), stop.clone(), done.clone());
+        std::thread::Builder::new()
+            .name(format!("xmc-http-{i}"))
+            .spawn(move || {
+                let served = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|rt| {
+                        rt.block_on(async move {
+                            let listener = tokio::net::TcpListener::from_std(listener)?;
+                            axum::serve(listener, app(state))
+                                .with_graceful_shutdown(stopped(stop))
+                                .await
+                        })
+                    });
+                let _ = done.send(served);
+            })?;
+    }
+    Ok((n, addr))
+}
+
+/// A listener on `addr` that other sockets of this process may share (`SO_REUSEPORT`).
+#[cfg(unix)]
+fn reuse_port_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Configuration refuses `per_core` off Unix, so this is never called there.
+#[cfg(not(unix))]
+fn reuse_port_listener(_: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    Err(std::io::Error::other("per_core needs SO_REUSEPORT"))
 }
 
 async fn shutdown_signal() {
@@ -287,6 +382,67 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `GET path` on a connection of its own; the status line's code. Blocking I/O: the servers
+    /// under test run on threads of their own.
+    fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        conn.write_all(req.as_bytes()).unwrap();
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).unwrap();
+        reply.split(' ').nth(1).unwrap_or("").to_string()
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn per_core_servers_share_one_port_and_drain_on_stop() {
+        let mut cfg = ServeConfig::defaults();
+        cfg.bind = "127.0.0.1:0".into();
+        let state = AppState::new(cfg).unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (n, addr) = serve_per_core(&state, stop_rx, &done_tx).unwrap();
+        drop(done_tx);
+        assert!(n >= 1 && addr.port() != 0, "{n} servers on {addr}");
+        // Connections land on any of the listeners; every one answers.
+        for _ in 0..4 * n {
+            assert_eq!(get(addr, "/healthz"), "200");
+        }
+        assert_eq!(get(addr, "/readyz"), "503");
+        stop_tx.send(true).unwrap();
+        for _ in 0..n {
+            let ended = tokio::time::timeout(Duration::from_secs(10), done_rx.recv()).await;
+            assert!(matches!(ended, Ok(Some(Ok(())))), "{ended:?}");
+        }
+        // Every listener is closed: nothing accepts on the port any more.
+        assert!(std::net::TcpStream::connect(addr).is_err());
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn per_core_servers_refuse_a_port_in_use() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = ServeConfig::defaults();
+        cfg.bind = taken.local_addr().unwrap().to_string();
+        let state = AppState::new(cfg).unwrap();
+        let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (done_tx, _done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let err = serve_per_core(&state, stop_rx.clone(), &done_tx).unwrap_err();
+        assert!(err.to_string().contains("in use"), "{err}");
+        // Nor does a second per-core server share the first one's port.
+        let mut cfg = ServeConfig::defaults();
+        cfg.bind = "127.0.0.1:0".into();
+        let first = AppState::new(cfg).unwrap();
+        let (_, addr) = serve_per_core(&first, stop_rx.clone(), &done_tx).unwrap();
+        let mut cfg = ServeConfig::defaults();
+        cfg.bind = addr.to_string();
+        let second = AppState::new(cfg).unwrap();
+        assert!(serve_per_core(&second, stop_rx, &done_tx).is_err());
+    }
 
     #[tokio::test]
     async fn a_pool_job_that_panics_drops_its_reply_and_the_pool_goes_on() {
