@@ -200,7 +200,7 @@ pub fn proc_cpu_s(pid: u32) -> Option<f64> {
 /// hold spaces and parentheses, so fields are counted from its closing parenthesis.
 fn cpu_s_of_stat(stat: &str, ticks_per_s: u64) -> Option<f64> {
     let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
-    // After the name: state (3), ppid … cmajflt (4–12), utime (14), stime (15).
+    // After the name: state (3), ppid … cmajflt (4–13), utime (14), stime (15).
     let utime: u64 = f.nth(11)?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
     (ticks_per_s > 0).then(|| (utime + stime) as f64 / ticks_per_s as f64)
