@@ -291,8 +291,8 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
 }
 
 /// [`config::Runtime::PerCore`]: binds one listener per core to the API address (with
-/// `SO_REUSEPORT`, so the kernel spreads connections over them; on an ephemeral port, the first
-/// one's port), and serves each on a thread of its own under a single-threaded runtime. Returns
+/// `SO_REUSEPORT`, so the kernel spreads connections over them; for port 0, the port a probe
+/// bind picks), and serves each on a thread of its own under a single-threaded runtime. Returns
 /// how many servers it started and the address they share; each reports its end on `done`. A
 /// bind error is returned here, before anything serves.
 fn serve_per_core(
@@ -307,12 +307,11 @@ fn serve_per_core(
     // option fails while anything holds the port, so a second server is refused here, as it is
     // with `shared`. (On port 0 the probe also picks the port.)
     let probe = std::net::TcpListener::bind(addr)?;
-    let mut addr = probe.local_addr()?;
+    let addr = probe.local_addr()?;
     drop(probe);
     let mut listeners = Vec::with_capacity(n);
     for _ in 0..n {
         let listener = reuse_port_listener(addr)?;
-        addr = listener.local_addr()?;
         // Registered with this runtime by `listen`; taken out so another runtime can own it.
         listeners.push(listener.into_std()?);
     }
