@@ -84,6 +84,10 @@ pub struct HotSwapReport {
     pub before: Summary,
     /// Load from the first swap to one interval after the last.
     pub during: Summary,
+    /// Load for `after_s` after that, if the scenario asked for it.
+    pub after: Option<Summary>,
+    /// The baseline: the load without swaps, before and (with `after_s`) after them.
+    pub without: Summary,
     /// The whole run.
     pub all: Summary,
     /// The swap phase's requests by how long after the latest swap they were scheduled: per
@@ -108,9 +112,10 @@ pub struct HotSwapReport {
     /// The largest VmRSS sampled every 50 ms, kB.
     pub peak_rss_kb_sampled: u64,
     /// The server's CPU time (user + system, every thread, the loads' included) per request
-    /// scheduled, µs: before the swaps and during them. Sampled every 50 ms from
-    /// `/proc/PID/stat`, so each figure is good to a few clock ticks over its phase.
-    pub cpu_us_per_request: [Option<f64>; 2],
+    /// scheduled, µs: before the swaps, during them, and after them (with `after_s`). Sampled
+    /// every 50 ms from `/proc/PID/stat`, so each figure is good to a few clock ticks over its
+    /// phase.
+    pub cpu_us_per_request: [Option<f64>; 3],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
     /// Both bundles + 64 MiB, kB.
@@ -364,11 +369,13 @@ pub fn markdown(r: &Report) -> String {
             h.rate,
             la(h.loadavg)
         );
-        for (name, s) in [
-            ("before", &h.before),
-            ("during", &h.during),
-            ("all", &h.all),
-        ] {
+        let mut phases = vec![("before", &h.before), ("during", &h.during)];
+        if let Some(after) = &h.after {
+            phases.push(("after", after));
+            phases.push(("without swaps (before + after)", &h.without));
+        }
+        phases.push(("all", &h.all));
+        for (name, s) in phases {
             let _ = writeln!(
                 m,
                 "| {name} | {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} |",
@@ -412,22 +419,35 @@ pub fn markdown(r: &Report) -> String {
                 s.scheduled, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms
             );
         }
-        let ratio = if h.before.latency.p99_ms > 0.0 {
-            h.during.latency.p99_ms / h.before.latency.p99_ms
-        } else {
-            f64::NAN
+        let over = |base: &Summary| {
+            if base.latency.p99_ms > 0.0 {
+                h.during.latency.p99_ms / base.latency.p99_ms
+            } else {
+                f64::NAN
+            }
+        };
+        let ratio = match &h.after {
+            Some(after) => format!(
+                "p99 during / without swaps (before and after): **{:.2}×** (during / before \
+                 {:.2}×, during / after {:.2}×)",
+                over(&h.without),
+                over(&h.before),
+                over(after)
+            ),
+            None => format!("p99 during / before: **{:.2}×**", over(&h.before)),
         };
         let peak = h.peak_rss_kb_hwm.unwrap_or(h.peak_rss_kb_sampled);
         let cpu = match h.cpu_us_per_request {
-            [Some(b), Some(d)] => format!(
-                "{b:.1} µs before, {d:.1} µs during ({:.2}×; the loads' own CPU included)",
-                d / b
+            [Some(b), Some(d), a] => format!(
+                "{b:.1} µs before, {d:.1} µs during ({:.2}×; the loads' own CPU included){}",
+                d / b,
+                a.map_or(String::new(), |a| format!(", {a:.1} µs after"))
             ),
             _ => "not read".to_string(),
         };
         let _ = writeln!(
             m,
-            "\n- failed requests: **{}**\n- p99 during / before: **{ratio:.2}×**\n- peak server \
+            "\n- failed requests: **{}**\n- {ratio}\n- peak server \
              RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} MiB \
              + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
              stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n\

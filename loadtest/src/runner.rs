@@ -495,7 +495,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     ];
     let interval = Duration::from_millis(h.interval_ms);
     let swap_span = interval.as_secs_f64() * h.swaps as f64;
-    let total = h.before_s + swap_span + 2.0;
+    let total = h.before_s + swap_span + h.after_s + 2.0;
     let reloads_before = reload_metrics(&ctx.client, &srv.url).await;
     // Warm-up, then one continuous run; swaps start `before_s` into it.
     let _ = engine::run(
@@ -596,15 +596,21 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
     let first = log.first().map_or(h.before_s, |x| x.0);
     let last = log.last().map_or(first, |x| x.0) + interval.as_secs_f64();
-    let before = stats::summarize_window(&r, 0.0, h.before_s.min(first));
+    let before_end = h.before_s.min(first);
+    let before = stats::summarize_window(&r, 0.0, before_end);
     let during = stats::summarize_window(&r, first, last);
+    let after = (h.after_s > 0.0).then(|| stats::summarize_window(&r, last, last + h.after_s));
+    let without = stats::summarize_windows(&r, &[(0.0, before_end), (last, last + h.after_s)]);
     let cpu_us = |from: f64, to: f64, s: &stats::Summary| {
         let spent = cpu_at(&cpu, to)? - cpu_at(&cpu, from)?;
         (s.scheduled > 0).then(|| spent * 1e6 / s.scheduled as f64)
     };
     let cpu_us_per_request = [
-        cpu_us(0.0, h.before_s.min(first), &before),
+        cpu_us(0.0, before_end, &before),
         cpu_us(first, last, &during),
+        after
+            .as_ref()
+            .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
     let all = stats::summarize_run(&r);
     // What a swap costs the requests right after it, against drift over the whole run.
@@ -656,6 +662,8 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         interval_ms: h.interval_ms,
         before,
         during,
+        after,
+        without,
         all,
         since_swap,
         swaps_start_s: first,

@@ -192,6 +192,11 @@ pub struct HotSwap {
     /// Seconds of load before the first swap (the baseline).
     #[serde(default = "default_before")]
     pub before_s: f64,
+    /// Seconds of load after the swap phase. With it, the baseline ("without swaps") is the
+    /// phases before and after the swaps together, so that neither the server's first seconds
+    /// nor whatever follows the swaps alone sets it; 0 keeps the baseline to `before_s`.
+    #[serde(default)]
+    pub after_s: f64,
     /// The server's poll interval, ms.
     #[serde(default = "default_poll")]
     pub poll_interval_ms: u64,
@@ -366,6 +371,20 @@ impl Scenario {
                 if h.interval_ms == 0 || h.poll_interval_ms == 0 {
                     bail!("`hot_swap.interval_ms` and `hot_swap.poll_interval_ms` must be ≥ 1");
                 }
+                for (key, v) in [
+                    ("hot_swap.before_s", h.before_s),
+                    ("hot_swap.after_s", h.after_s),
+                ] {
+                    if !(v.is_finite() && v >= 0.0) {
+                        bail!("`{key}` = {v}: must be a number ≥ 0");
+                    }
+                }
+                if h.before_s + h.after_s <= 0.0 {
+                    bail!(
+                        "`hot_swap.before_s` and `hot_swap.after_s` are both 0: the swaps need a \
+                         baseline without them"
+                    );
+                }
                 if h.force && h.method != SwapMethod::Admin {
                     bail!(
                         "`hot_swap.force` needs `method = \"admin\"`: only the admin route \
@@ -465,23 +484,44 @@ swaps = 3
         assert!(e.contains("hot_swap.rate") && e.contains("> 0"), "{e}");
     }
 
-    #[test]
-    fn forced_swaps_need_the_admin_route() {
-        let hs = r#"
+    /// A hot-swap scenario with only the required keys.
+    const HOT_SWAP: &str = r#"
 kind = "hot-swap"
 [data]
 test = "x"
 [hot_swap]
 rate = 100
-bundles = ["a", "a"]
+bundles = ["a", "b"]
 swaps = 3
-force = true
 "#;
+
+    #[test]
+    fn forced_swaps_need_the_admin_route() {
+        let hs = &HOT_SWAP.replace("swaps = 3", "swaps = 3\nforce = true");
         let e = err(hs);
         assert!(e.contains("hot_swap.force") && e.contains("admin"), "{e}");
         let s = Scenario::parse(&hs.replace("force = true", "force = true\nmethod = \"admin\""))
             .expect("forced admin swaps parse");
         assert!(s.hot_swap.is_some_and(|h| h.force));
+    }
+
+    #[test]
+    fn the_baseline_phases_are_checked() {
+        let hs = HOT_SWAP;
+        let s = Scenario::parse(hs).expect("parses");
+        let h = s.hot_swap.expect("hot_swap");
+        assert_eq!((h.before_s, h.after_s), (20.0, 0.0));
+        let s = Scenario::parse(&hs.replace("swaps = 3", "swaps = 3\nafter_s = 20"))
+            .expect("after_s parses");
+        assert_eq!(s.hot_swap.map(|h| h.after_s), Some(20.0));
+        let e = err(&hs.replace("swaps = 3", "swaps = 3\nafter_s = -1"));
+        assert!(e.contains("hot_swap.after_s") && e.contains("≥ 0"), "{e}");
+        let e = err(&hs.replace("swaps = 3", "swaps = 3\nbefore_s = nan"));
+        assert!(e.contains("hot_swap.before_s"), "{e}");
+        let e = err(&hs.replace("swaps = 3", "swaps = 3\nbefore_s = 0"));
+        assert!(e.contains("baseline"), "{e}");
+        Scenario::parse(&hs.replace("swaps = 3", "swaps = 3\nbefore_s = 0\nafter_s = 5"))
+            .expect("a baseline after the swaps alone is enough");
     }
 
     #[test]

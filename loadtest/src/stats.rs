@@ -130,6 +130,22 @@ pub fn summarize_window(r: &RunResult, from_s: f64, to_s: f64) -> Summary {
     )
 }
 
+/// The summary of the samples scheduled in any of the windows `[from_s, to_s)` (disjoint), over
+/// their total length: one baseline from, say, a phase before some events and one after them.
+pub fn summarize_windows(r: &RunResult, windows: &[(f64, f64)]) -> Summary {
+    let us: Vec<(u64, u64)> = windows
+        .iter()
+        .map(|&(a, b)| ((a * 1e6) as u64, (b * 1e6) as u64))
+        .collect();
+    summarize(
+        r.samples.iter().filter(|x| {
+            us.iter()
+                .any(|&(a, b)| x.scheduled_us >= a && x.scheduled_us < b)
+        }),
+        windows.iter().map(|&(a, b)| (b - a).max(0.0)).sum(),
+    )
+}
+
 /// The samples scheduled from the first of `events` (seconds into the run, ascending) to the
 /// last edge after the last event, split by how long after the latest event each was
 /// scheduled: one summary per window `[edges_ms[i], edges_ms[i + 1])`. A window's rate is over
@@ -235,5 +251,36 @@ mod tests {
             s[1].offered_rps
         );
         assert!(summarize_since(&r, &[], &[0, 50]).is_empty());
+    }
+
+    #[test]
+    fn windows_pool_the_phases_around_events() {
+        // One request every 10 ms for 3 s: 1 ms before 1.0 s, 9 ms in [1.0, 2.0), 2 ms after.
+        let samples = (0..300u64)
+            .map(|i| {
+                let t = i * 10;
+                let ms = match t {
+                    0..1000 => 1000,
+                    1000..2000 => 9000,
+                    _ => 2000,
+                };
+                sample(t, ms)
+            })
+            .collect();
+        let r = RunResult {
+            samples,
+            ..RunResult::default()
+        };
+        let s = summarize_windows(&r, &[(0.0, 1.0), (2.0, 2.5)]);
+        // 100 before and 50 after; nothing from between them.
+        assert_eq!(s.scheduled, 150);
+        assert!((s.offered_rps - 100.0).abs() < 1e-6, "{}", s.offered_rps);
+        assert!(s.latency.max_ms < 2.1, "{:?}", s.latency);
+        assert!((s.latency.p50_ms - 1.0).abs() < 0.05, "{:?}", s.latency);
+        assert!((s.latency.p99_ms - 2.0).abs() < 0.05, "{:?}", s.latency);
+        // An empty second window adds nothing: the baseline of a run without an after phase.
+        let before = summarize_windows(&r, &[(0.0, 1.0), (3.0, 3.0)]);
+        assert_eq!(before.scheduled, 100);
+        assert!((before.offered_rps - 100.0).abs() < 1e-6);
     }
 }
