@@ -34,8 +34,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = ServeConfig::load(args.config.as_deref(), &env, &flags)?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("XMC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: a log file or journald gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cfg.log_format {
         LogFormat::Json => builder.json().init(),

@@ -6,7 +6,7 @@ use crate::bundle::{Bundle, OpenOptions};
 use crate::model::{Model, PredictOptions, Prediction, Scratch};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What identifies one version of the file at the model path: a renamed-into-place file or a
 /// flipped symlink changes the inode; an in-place rewrite changes the size or the mtime.
@@ -81,7 +81,7 @@ struct LoadTimes {
 /// Opens, validates (every checksum, and the structure or everything, as `checks` says),
 /// pre-faults and warms the bundle at `path`.
 fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), String> {
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let options = OpenOptions {
         verify_checksums: true,
@@ -99,7 +99,7 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
             model
         }
     };
-    let opened = std::time::Instant::now();
+    let opened = Instant::now();
     // A few predictions touch the request path's code and the upper tree levels, so the first
     // real request after the swap is not the cold one.
     let d = model.meta().n_features.max(1) as u32;
@@ -211,11 +211,18 @@ fn release_in_background<T: Send + Sync + 'static>(
         .name("xmc-release".into())
         .spawn(move || {
             lower_priority(LoadPriority { nice, idle: false });
+            let start = Instant::now();
             while Arc::strong_count(&old) > 1 {
                 std::thread::sleep(RELEASE_POLL);
             }
+            let held = start.elapsed();
             before_drop(&old);
             drop(old);
+            tracing::debug!(
+                waited_us = held.as_micros() as u64,
+                release_us = (start.elapsed() - held).as_micros() as u64,
+                "released the old model"
+            );
         });
     if let Err(e) = spawned {
         // The `old` moved into the failed closure is dropped here, as it would have been.
@@ -366,9 +373,9 @@ mod tests {
             "released under a running request"
         );
         drop(request);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while watch.strong_count() > 0 {
-            assert!(std::time::Instant::now() < deadline, "never released");
+            assert!(Instant::now() < deadline, "never released");
             std::thread::sleep(RELEASE_POLL);
         }
     }
