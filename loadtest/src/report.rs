@@ -95,6 +95,12 @@ pub struct HotSwapReport {
     pub since_swap: Vec<((u64, u64), Summary)>,
     /// When the first swap started, seconds into the run.
     pub swaps_start_s: f64,
+    /// When the run started, Unix seconds (to line times in the run up with the server's log).
+    pub started_unix_s: f64,
+    /// The slowest successful requests: (scheduled, seconds into the run; latency, ms).
+    pub slowest: Vec<(f64, f64)>,
+    /// The first and the last failed request's scheduled time, seconds into the run.
+    pub failed_span: Option<(f64, f64)>,
     /// The whole run in 10 s windows: (start s, summary).
     pub timeline: Vec<(f64, Summary)>,
     /// Failed requests over the whole run (errors plus abandoned).
@@ -419,6 +425,21 @@ pub fn markdown(r: &Report) -> String {
                 s.scheduled, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms
             );
         }
+        let slowest = h
+            .slowest
+            .iter()
+            .map(|(at, ms)| format!("{ms:.1} ms at {at:.2} s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            m,
+            "\nThe slowest requests (scheduled, seconds into the run, which started at Unix time \
+             {:.3}): {slowest}. Failed requests: {}.",
+            h.started_unix_s,
+            h.failed_span.map_or("none".to_string(), |(a, b)| format!(
+                "scheduled from {a:.2} s to {b:.2} s"
+            ))
+        );
         let over = |base: &Summary| {
             if base.latency.p99_ms > 0.0 {
                 h.during.latency.p99_ms / base.latency.p99_ms

@@ -441,6 +441,9 @@ async fn reload_metrics(client: &HttpClient, base: &str) -> Vec<String> {
         .collect()
 }
 
+/// How many of a hot-swap run's slowest requests its report lists.
+const SLOWEST: usize = 8;
+
 async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
     let Some(h) = ctx.scenario.hot_swap.clone() else {
         return Ok(());
@@ -508,6 +511,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let mut spec = ctx.spec(rate, total, true, 0);
     spec.max_requests = None;
     let t0 = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let swapper = {
         let (client, cancel, bundles, link, url, token) = (
             ctx.client.clone(),
@@ -613,6 +619,26 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
     let all = stats::summarize_run(&r);
+    // When the worst went wrong, to line up with the server's log.
+    let mut slowest: Vec<(f64, f64)> = r
+        .samples
+        .iter()
+        .filter(|x| x.ok())
+        .map(|x| (x.scheduled_us as f64 / 1e6, x.latency_us as f64 / 1e3))
+        .collect();
+    slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    slowest.truncate(SLOWEST);
+    let failed_at: Vec<f64> = r
+        .samples
+        .iter()
+        .filter(|x| !x.ok())
+        .map(|x| x.scheduled_us as f64 / 1e6)
+        .collect();
+    let failed_span = failed_at
+        .iter()
+        .copied()
+        .reduce(f64::min)
+        .zip(failed_at.iter().copied().reduce(f64::max));
     // What a swap costs the requests right after it, against drift over the whole run.
     let swap_times: Vec<f64> = log.iter().map(|x| x.0).collect();
     let mut edges: Vec<u64> = [0, 50, 150, 300]
@@ -667,6 +693,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         all,
         since_swap,
         swaps_start_s: first,
+        started_unix_s,
+        slowest,
+        failed_span,
         timeline,
         failed: r.samples.iter().filter(|s| !s.ok()).count() as u64 + r.abandoned as u64,
         versions: quality.versions.clone(),
