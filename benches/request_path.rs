@@ -169,18 +169,17 @@ fn main() -> anyhow::Result<()> {
         4 => rows.len() / HOT * HOT,
         _ => bodies.len(),
     };
-    let per_part = |part: usize| totals[part] * 1e6 / (ROUNDS * calls(part).max(1)) as f64;
-    let per = |t: f64| t * 1e6 / (ROUNDS * bodies.len()) as f64;
+    let per = |part: usize| totals[part] * 1e6 / (ROUNDS * calls(part).max(1)) as f64;
     for (part, name) in names.iter().enumerate() {
-        println!("{name:>8}: {:8.2} µs per request", per_part(part));
+        println!("{name:>8}: {:8.2} µs per request", per(part));
     }
-    let (h, p) = (per(totals[0]), per(totals[1]));
+    let (h, p) = (per(0), per(1));
     println!(
         "predict - healthz: {:.2} µs; of it search {:.2} and parse {:.2}, the rest {:.2}",
         p - h,
-        per(totals[2]),
-        per(totals[3]),
-        p - h - per(totals[2]) - per(totals[3])
+        per(2),
+        per(3),
+        p - h - per(2) - per(3)
     );
     Ok(())
 }

@@ -628,17 +628,14 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .collect();
     slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
     slowest.truncate(SLOWEST);
-    let failed_at: Vec<f64> = r
+    let failed_span = r
         .samples
         .iter()
         .filter(|x| !x.ok())
         .map(|x| x.scheduled_us as f64 / 1e6)
-        .collect();
-    let failed_span = failed_at
-        .iter()
-        .copied()
-        .reduce(f64::min)
-        .zip(failed_at.iter().copied().reduce(f64::max));
+        .fold(None, |span: Option<(f64, f64)>, t| {
+            Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))))
+        });
     // What a swap costs the requests right after it, against drift over the whole run.
     let swap_times: Vec<f64> = log.iter().map(|x| x.0).collect();
     let mut edges: Vec<u64> = [0, 50, 150, 300]

@@ -121,13 +121,7 @@ pub fn summarize_run(r: &RunResult) -> Summary {
 
 /// The summary of the samples scheduled in `[from_s, to_s)` of a run.
 pub fn summarize_window(r: &RunResult, from_s: f64, to_s: f64) -> Summary {
-    let (a, b) = ((from_s * 1e6) as u64, (to_s * 1e6) as u64);
-    summarize(
-        r.samples
-            .iter()
-            .filter(|x| x.scheduled_us >= a && x.scheduled_us < b),
-        to_s - from_s,
-    )
+    summarize_windows(r, &[(from_s, to_s)])
 }
 
 /// The summary of the samples scheduled in any of the windows `[from_s, to_s)` (disjoint), over
