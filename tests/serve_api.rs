@@ -489,6 +489,20 @@ async fn integral_floats_and_nulls_are_accepted_as_json_schema_reads_them() {
         let (s, v) = call(&state, "POST", "/v1/predict", Some(bad.into())).await;
         assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
     }
+    // A pair is exactly [id, value]: a short one is the wrong shape (422), and a long one is
+    // not valid JSON for it (serde_json reads the third element as trailing characters: 400).
+    let shape = StatusCode::UNPROCESSABLE_ENTITY;
+    for (bad, want) in [
+        (r#"{"features": [[3]]}"#, shape),
+        (r#"{"features": [[]]}"#, shape),
+        (r#"{"features": [3, 1]}"#, shape),
+        (r#"{"features": {"3": 1}}"#, shape),
+        (r#"{"features": [[3, "1"]]}"#, shape),
+        (r#"{"features": [[3, 1, 2]]}"#, StatusCode::BAD_REQUEST),
+    ] {
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(bad.into())).await;
+        assert_error(s, &v, want);
+    }
     // An id past u32 is out of range for every model, and says so.
     let (s, v) = call(
         &state,

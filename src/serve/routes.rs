@@ -60,12 +60,72 @@ impl JsonInt {
     }
 }
 
+/// A request's `features`, `[[id, value], ...]`, read straight into the query's two arrays. An
+/// id is a [`JsonInt`] that must fit a `u32`; a value is any JSON number that stays finite as a
+/// 32-bit float. A pair of any other length, or a value of another type, is refused.
+#[derive(Debug)]
+struct Features {
+    idx: Vec<u32>,
+    val: Vec<f32>,
+}
+
+/// Room for this many features before the first growth: a typical query of the largest data
+/// set has a few dozen.
+const FEATURES_CAPACITY: usize = 64;
+
+impl<'de> Deserialize<'de> for Features {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = Features;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of [id, value] pairs")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Features, A::Error> {
+                let n = seq.size_hint().unwrap_or(FEATURES_CAPACITY);
+                let mut out = Features {
+                    idx: Vec::with_capacity(n),
+                    val: Vec::with_capacity(n),
+                };
+                while let Some(FeaturePair(i, v)) = seq.next_element()? {
+                    out.idx.push(i);
+                    out.val.push(v);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Pairs)
+    }
+}
+
+/// One `[id, value]` of [`Features`], checked.
+struct FeaturePair(u32, f32);
+
+impl<'de> Deserialize<'de> for FeaturePair {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let (JsonInt(i), v) = <(JsonInt, f64)>::deserialize(d)?;
+        let i = u32::try_from(i)
+            .map_err(|_| D::Error::custom(format!("feature id {i} is out of range")))?;
+        let v32 = v as f32;
+        if !v32.is_finite() {
+            return Err(D::Error::custom(format!(
+                "feature {i}: value {v} is not a finite 32-bit float"
+            )));
+        }
+        Ok(FeaturePair(i, v32))
+    }
+}
+
 /// One prediction request. Every field but `features` may be absent or `null`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
     /// `[[id, value], ...]`.
-    features: Vec<(JsonInt, f64)>,
+    features: Features,
     /// How many labels (default: the server's `default_k`).
     k: Option<JsonInt>,
     /// Beam width (default: the server's, else the model's).
@@ -114,7 +174,7 @@ fn current(state: &AppState) -> Result<Arc<Loaded>, ApiError> {
 /// Checks a request against the server's limits and the model, giving the model's inputs.
 fn prepare(
     state: &AppState,
-    req: &PredictRequest,
+    req: PredictRequest,
 ) -> Result<(Vec<u32>, Vec<f32>, PredictOptions), ApiError> {
     let k = req.k.map_or(state.cfg.default_k, JsonInt::usize);
     if k == 0 || k > state.cfg.max_k {
@@ -139,20 +199,7 @@ fn prepare(
             "block_candidates must be at least 1".into(),
         ));
     }
-    let mut idx = Vec::with_capacity(req.features.len());
-    let mut val = Vec::with_capacity(req.features.len());
-    for &(JsonInt(i), v) in &req.features {
-        let i = u32::try_from(i)
-            .map_err(|_| ApiError::Invalid(format!("feature id {i} is out of range")))?;
-        let v32 = v as f32;
-        if !v32.is_finite() {
-            return Err(ApiError::Invalid(format!(
-                "feature {i}: value {v} is not a finite 32-bit float"
-            )));
-        }
-        idx.push(i);
-        val.push(v32);
-    }
+    let Features { idx, val } = req.features;
     Ok((
         idx,
         val,
@@ -275,7 +322,10 @@ fn predict_one(
                 elapsed_us: start.elapsed().as_secs_f64() * 1e6,
             },
         };
-        serde_json::to_vec(&body).map_err(|e| ApiError::Internal(e.to_string()))
+        // Room for a typical body (five named labels and the stats) before any growth.
+        let mut json = Vec::with_capacity(512);
+        serde_json::to_writer(&mut json, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(json)
     };
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
@@ -300,7 +350,7 @@ pub async fn predict(
 ) -> Result<Response, ApiError> {
     let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
     let loaded = current(&state)?;
-    let (idx, val, opts) = prepare(&state, &req)?;
+    let (idx, val, opts) = prepare(&state, req)?;
     match state.cfg.single_predict {
         SinglePredict::Inline => predict_one(&loaded, &idx, &val, &opts).map(json_bytes),
         SinglePredict::Pool => {
@@ -331,7 +381,7 @@ pub async fn predict_batch(
     let loaded = current(&state)?;
     let prepared = req
         .instances
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, r)| {
             prepare(&state, r).map_err(|e| match e {
