@@ -61,12 +61,15 @@ impl JsonInt {
 }
 
 /// A request's `features`, `[[id, value], ...]`, read straight into the query's two arrays. An
-/// id is a [`JsonInt`] that must fit a `u32`; a value is any JSON number that stays finite as a
-/// 32-bit float. A pair of any other length, or a value of another type, is refused.
+/// id is a [`JsonInt`] that must fit a `u32`; a value is any JSON number that must stay finite
+/// as a 32-bit float. A pair that breaks either rule is not kept, and the first such problem is
+/// kept instead, for [`prepare`] to report once the whole body has parsed: a syntax error later
+/// in the body still makes it a 400, and a batch names the instance.
 #[derive(Debug)]
 struct Features {
     idx: Vec<u32>,
     val: Vec<f32>,
+    problem: Option<String>,
 }
 
 /// Room for this many features before the first growth: a typical query of the largest data
@@ -89,34 +92,30 @@ impl<'de> Deserialize<'de> for Features {
                 let mut out = Features {
                     idx: Vec::with_capacity(n),
                     val: Vec::with_capacity(n),
+                    problem: None,
                 };
-                while let Some(FeaturePair(i, v)) = seq.next_element()? {
-                    out.idx.push(i);
-                    out.val.push(v);
+                while let Some((JsonInt(i), v)) = seq.next_element::<(JsonInt, f64)>()? {
+                    let v32 = v as f32;
+                    match u32::try_from(i) {
+                        Ok(i) if v32.is_finite() => {
+                            out.idx.push(i);
+                            out.val.push(v32);
+                        }
+                        Ok(i) => {
+                            out.problem.get_or_insert_with(|| {
+                                format!("feature {i}: value {v} is not a finite 32-bit float")
+                            });
+                        }
+                        Err(_) => {
+                            out.problem
+                                .get_or_insert_with(|| format!("feature id {i} is out of range"));
+                        }
+                    }
                 }
                 Ok(out)
             }
         }
         d.deserialize_seq(Pairs)
-    }
-}
-
-/// One `[id, value]` of [`Features`], checked.
-struct FeaturePair(u32, f32);
-
-impl<'de> Deserialize<'de> for FeaturePair {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        let (JsonInt(i), v) = <(JsonInt, f64)>::deserialize(d)?;
-        let i = u32::try_from(i)
-            .map_err(|_| D::Error::custom(format!("feature id {i} is out of range")))?;
-        let v32 = v as f32;
-        if !v32.is_finite() {
-            return Err(D::Error::custom(format!(
-                "feature {i}: value {v} is not a finite 32-bit float"
-            )));
-        }
-        Ok(FeaturePair(i, v32))
     }
 }
 
@@ -199,7 +198,10 @@ fn prepare(
             "block_candidates must be at least 1".into(),
         ));
     }
-    let Features { idx, val } = req.features;
+    let Features { idx, val, problem } = req.features;
+    if let Some(problem) = problem {
+        return Err(ApiError::Invalid(problem));
+    }
     Ok((
         idx,
         val,
