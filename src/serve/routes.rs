@@ -88,10 +88,11 @@ impl<'de> Deserialize<'de> for Features {
                 self,
                 mut seq: A,
             ) -> Result<Features, A::Error> {
-                let n = seq.size_hint().unwrap_or(FEATURES_CAPACITY);
+                // No size hint is trusted: serde_json gives none, and another source's could
+                // ask for any amount of memory up front.
                 let mut out = Features {
-                    idx: Vec::with_capacity(n),
-                    val: Vec::with_capacity(n),
+                    idx: Vec::with_capacity(FEATURES_CAPACITY),
+                    val: Vec::with_capacity(FEATURES_CAPACITY),
                     problem: None,
                 };
                 while let Some((JsonInt(i), v)) = seq.next_element::<(JsonInt, f64)>()? {
