@@ -504,7 +504,8 @@ async fn integral_floats_and_nulls_are_accepted_as_json_schema_reads_them() {
         assert_error(s, &v, want);
     }
     // A bad pair is reported once the whole body has parsed: a syntax error after it still
-    // makes the request a 400, and in a batch the message names the instance.
+    // makes the request a 400, and in a batch the message names the instance. The value is
+    // written in exponent form, not as 301 digits.
     let truncated = r#"{"features": [[4294967296, 1]], "k": "#;
     let (s, v) = call(&state, "POST", "/v1/predict", Some(truncated.into())).await;
     assert_error(s, &v, StatusCode::BAD_REQUEST);
@@ -513,7 +514,7 @@ async fn integral_floats_and_nulls_are_accepted_as_json_schema_reads_them() {
     assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY);
     let message = v["error"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("instance 1: feature 2: value"),
+        message.starts_with("instance 1: feature 2: value 1e300 is not"),
         "{message}"
     );
     // An id past u32 is out of range for every model, and says so.

@@ -104,7 +104,7 @@ impl<'de> Deserialize<'de> for Features {
                         }
                         Ok(i) => {
                             out.problem.get_or_insert_with(|| {
-                                format!("feature {i}: value {v} is not a finite 32-bit float")
+                                format!("feature {i}: value {v:e} is not a finite 32-bit float")
                             });
                         }
                         Err(_) => {
