@@ -628,13 +628,17 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .collect();
     slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
     slowest.truncate(SLOWEST);
-    let failed_span = r
+    // The failed samples' count and the span of their scheduled times, in one pass.
+    let (failed_samples, failed_span) = r
         .samples
         .iter()
         .filter(|x| !x.ok())
         .map(|x| x.scheduled_us as f64 / 1e6)
-        .fold(None, |span: Option<(f64, f64)>, t| {
-            Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t))))
+        .fold((0u64, None), |(n, span): (u64, Option<(f64, f64)>), t| {
+            (
+                n + 1,
+                Some(span.map_or((t, t), |(a, b)| (a.min(t), b.max(t)))),
+            )
         });
     // What a swap costs the requests right after it, against drift over the whole run.
     let swap_times: Vec<f64> = log.iter().map(|x| x.0).collect();
@@ -694,7 +698,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         slowest,
         failed_span,
         timeline,
-        failed: r.samples.iter().filter(|s| !s.ok()).count() as u64 + r.abandoned as u64,
+        failed: failed_samples + r.abandoned as u64,
         versions: quality.versions.clone(),
         version_changes,
         reloads_before,
