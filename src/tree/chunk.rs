@@ -77,6 +77,11 @@ const SCAN_FACTOR: usize = 8;
 /// Feature ids per rank block.
 pub const RANK_SPAN: u32 = 96;
 
+/// Accumulator slots that make every output of 16 bits or fewer addressable: given an
+/// accumulator at least this long, adding an entry needs no bounds check (see
+/// [`Chunks::score`]).
+pub const OUT_SLOTS: usize = 1 << 16;
+
 /// `u32`s per rank block: the running count and three bitmap words.
 pub const RANK_BLOCK: usize = 4;
 
@@ -315,7 +320,8 @@ trait EntryRun: Copy {
     fn touch(self, e: usize) -> u32;
     /// Adds entries `a..b` times `x` to `acc`. An empty or out-of-bounds range (only a bundle
     /// opened without the O(weights) checks can hold one) adds nothing, as does an output past
-    /// `acc`.
+    /// `acc`. With at least [`OUT_SLOTS`] slots in `acc`, an output of 16 bits or fewer needs no
+    /// bounds check per entry.
     fn add_range(self, a: usize, b: usize, x: f32, acc: &mut [f32]);
     /// The largest output and the largest weight exponent bits (as in an `f32`) over entries
     /// `a..b`, both 0 when the range is empty or out of bounds. Branch-free, so it vectorizes.
@@ -350,6 +356,16 @@ impl<T: Copy + Into<u32>> EntryRun for Split<'_, T> {
         let (Some(outs), Some(weights)) = (self.outs.get(a..b), self.weights.get(a..b)) else {
             return;
         };
+        if let Some(slots) = acc.first_chunk_mut::<OUT_SLOTS>() {
+            // `u8` and `u16` outputs are below `OUT_SLOTS`, so the compiler drops the check.
+            for (&o, &w) in outs.iter().zip(weights) {
+                let o: u32 = o.into();
+                if let Some(slot) = slots.get_mut(o as usize) {
+                    *slot += w * x;
+                }
+            }
+            return;
+        }
         for (&o, &w) in outs.iter().zip(weights) {
             let o: u32 = o.into();
             if let Some(slot) = acc.get_mut(o as usize) {
@@ -396,6 +412,20 @@ impl EntryRun for Packed<'_> {
         let Some(words) = self.0.get(a..b) else {
             return;
         };
+        if let Some(slots) = acc.first_chunk_mut::<OUT_SLOTS>() {
+            // A packed output has 16 bits: always a slot, no check. Two entries a step halve
+            // the loop's overhead (the adds keep their order, so the sums are the same).
+            let mut pairs = words.chunks_exact(2);
+            for pair in &mut pairs {
+                let (u, v) = (pair[0], pair[1]);
+                slots[(u >> 16) as usize] += packed_weight(u) * x;
+                slots[(v >> 16) as usize] += packed_weight(v) * x;
+            }
+            for &word in pairs.remainder() {
+                slots[(word >> 16) as usize] += packed_weight(word) * x;
+            }
+            return;
+        }
         for &word in words {
             if let Some(slot) = acc.get_mut((word >> 16) as usize) {
                 *slot += packed_weight(word) * x;
@@ -777,6 +807,21 @@ where
         }
     }
 
+    /// `acc` cut to node `node`'s outputs when the node stores `rows` (one weight per output for
+    /// each feature, so the row width is the output count); whole otherwise, as entries name
+    /// their outputs. So a caller may pass more slots than the node has outputs (at least
+    /// [`OUT_SLOTS`] spare the entry loops their bounds checks), and only the first ones are
+    /// written.
+    #[inline]
+    fn row_outputs<'a>(&self, node: usize, rows: &[f32], acc: &'a mut [f32]) -> &'a mut [f32] {
+        let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+        if rows.is_empty() || n_feats == 0 {
+            return acc;
+        }
+        let m = (rows.len() / n_feats).min(acc.len());
+        &mut acc[..m]
+    }
+
     /// Whether node `node` stores its weights as rows.
     pub fn has_rows(&self, node: usize) -> bool {
         !self.node_rows(node).is_empty()
@@ -1008,7 +1053,11 @@ where
         ChunkError::Weight { node }
     }
 
-    /// Adds node `node`'s weights times the query to `acc` (one slot per output).
+    /// Adds node `node`'s weights times the query to `acc` (one slot per output, and any number
+    /// after them: a node that stores entries and has no more than [`OUT_SLOTS`] outputs is
+    /// scored without a bounds check per entry when `acc` has at least that many slots, and
+    /// only a corrupt entry, in a bundle opened without the O(weights) checks, writes past the
+    /// node's outputs).
     ///
     /// `q_idx`/`q_val` is the query, sorted by feature id; `dense` holds the same query as a dense
     /// vector (zero elsewhere) of at least the model's feature count. Small chunks are scanned and
@@ -1019,6 +1068,7 @@ where
     pub fn score(&self, node: usize, q_idx: &[u32], q_val: &[f32], dense: &[f32], acc: &mut [f32]) {
         let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
         let rows = self.node_rows(node);
+        let acc = self.row_outputs(node, rows, acc);
         if n_feats <= SCAN_FACTOR * q_idx.len() {
             self.scan(node, rows, dense, acc);
         } else {
@@ -1040,6 +1090,7 @@ where
     #[inline]
     pub fn score_rank(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
         let rows = self.node_rows(node);
+        let acc = self.row_outputs(node, rows, acc);
         self.rank_lookup(node, self.rank_blocks(node), rows, q_idx, q_val, acc);
     }
 
@@ -1071,7 +1122,9 @@ where
     /// entries), so that their cache misses overlap instead of queueing one behind the other.
     #[inline]
     pub fn score_hash(&self, node: usize, q_idx: &[u32], q_val: &[f32], acc: &mut [f32]) {
-        self.hash_lookup(node, self.node_rows(node), q_idx, q_val, acc);
+        let rows = self.node_rows(node);
+        let acc = self.row_outputs(node, rows, acc);
+        self.hash_lookup(node, rows, q_idx, q_val, acc);
     }
 
     /// [`Chunks::score_hash`] with node `node`'s rows already looked up.
@@ -1152,7 +1205,9 @@ where
     /// [`Chunks::score`] by one pass over the chunk's features, each looked up in the dense query.
     #[inline]
     pub fn score_scan(&self, node: usize, dense: &[f32], acc: &mut [f32]) {
-        self.scan(node, self.node_rows(node), dense, acc);
+        let rows = self.node_rows(node);
+        let acc = self.row_outputs(node, rows, acc);
+        self.scan(node, rows, dense, acc);
     }
 
     /// [`Chunks::score_scan`] with node `node`'s rows already looked up.
@@ -1179,6 +1234,7 @@ where
         let start = self.feat_start[node] as usize;
         let feats = &self.feat[start..self.feat_start[node + 1] as usize];
         let rows = self.node_rows(node);
+        let acc = self.row_outputs(node, rows, acc);
         let mut lo = 0;
         for (&f, &x) in q_idx.iter().zip(q_val) {
             if lo >= feats.len() {
@@ -1467,6 +1523,155 @@ mod tests {
             Some(vec![0x1_3f80, 0x2_4000])
         );
         assert_eq!(pack_entries(&[65_536], &[1.0]), None);
+    }
+
+    /// An accumulator longer than the node's outputs (at least [`OUT_SLOTS`], as the search
+    /// passes) gives the same scores in its first slots, by every lookup and every layout (rows,
+    /// entries of each output width, packed entries), and its other slots stay untouched. The
+    /// node's features fall in all three words of several rank blocks, and the scan (which looks
+    /// features up in the dense query, not in the rank index) checks the rank lookups.
+    #[test]
+    fn longer_accumulators_score_alike_in_every_layout() {
+        let d = 300u32;
+        let ids: Vec<u32> = [
+            0, 5, 31, 32, 40, 63, 64, 70, 95, 96, 127, 128, 160, 191, 200, 287, 299,
+        ]
+        .to_vec();
+        for m in [5usize, 300, 70_000] {
+            // Output `o` uses three of the ids, with weights depending on both.
+            let feats: Vec<Vec<u32>> = (0..m)
+                .map(|o| {
+                    let mut f: Vec<u32> =
+                        (0..3).map(|j| ids[(o * 5 + j * 7) % ids.len()]).collect();
+                    f.sort_unstable();
+                    f.dedup();
+                    f
+                })
+                .collect();
+            let weights: Vec<Vec<f32>> = feats
+                .iter()
+                .enumerate()
+                .map(|(o, f)| {
+                    f.iter()
+                        .map(|&i| (o % 11) as f32 * 0.25 - i as f32 / 64.0)
+                        .collect()
+                })
+                .collect();
+            let node = || feats.iter().zip(&weights).map(|(f, w)| (&f[..], &w[..]));
+            let mut b = ChunksBuilder::new();
+            b.push_node_as(node(), IndexChoice::Rank, RowChoice::Entries)
+                .unwrap();
+            b.push_node_as(node(), IndexChoice::Hash, RowChoice::Entries)
+                .unwrap();
+            if m <= 300 {
+                b.push_node_as(node(), IndexChoice::Rank, RowChoice::Rows)
+                    .unwrap();
+            }
+            let n_nodes = b.feat_start.len() - 1;
+            let narrow = b.narrowed();
+            let words = pack_entries(&b.entry_out, &b.entry_weight);
+            let mut packed = b.borrowed();
+            if let Some(words) = &words {
+                packed.entry_out = Widths::U8(&[]);
+                packed.entry_weight = &[];
+                packed.entry_packed = words;
+            }
+            // Every third id present, with a feature past every node's blocks.
+            let q_idx: Vec<u32> = ids.iter().copied().step_by(3).chain([d - 1]).collect();
+            let q_val: Vec<f32> = (0..q_idx.len()).map(|i| 1.0 + i as f32 * 0.5).collect();
+            let mut dense = vec![0f32; d as usize];
+            for (&i, &v) in q_idx.iter().zip(&q_val) {
+                dense[i as usize] = v;
+            }
+            let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize, len| {
+                let mut acc = vec![0f32; len];
+                match how {
+                    0 => c.score_scan(node, &dense, &mut acc),
+                    1 => c.score_search(node, &q_idx, &q_val, &mut acc),
+                    2 => c.score(node, &q_idx, &q_val, &dense, &mut acc),
+                    _ if node == 1 => c.score_hash(node, &q_idx, &q_val, &mut acc),
+                    _ => c.score_rank(node, &q_idx, &q_val, &mut acc),
+                }
+                acc
+            };
+            let layouts = [b.borrowed(), packed];
+            for (l, c) in layouts
+                .iter()
+                .enumerate()
+                .take(1 + usize::from(words.is_some()))
+            {
+                for node in 0..n_nodes {
+                    let want = score(c, node, 0, m);
+                    assert!(want.iter().any(|&s| s != 0.0));
+                    for how in 0..4 {
+                        let long = score(c, node, how, OUT_SLOTS.max(m) + 3);
+                        assert_eq!(
+                            long[..m],
+                            want[..],
+                            "layout {l} m {m} node {node} how {how}"
+                        );
+                        assert!(long[m..].iter().all(|&s| s == 0.0));
+                        assert_eq!(score(c, node, how, m), want);
+                    }
+                }
+            }
+            for node in 0..2 {
+                let want = score(&b.borrowed(), node, 0, m);
+                for how in 0..4 {
+                    let mut acc = vec![0f32; OUT_SLOTS.max(m)];
+                    match how {
+                        0 => narrow.score_scan(node, &dense, &mut acc),
+                        1 => narrow.score_search(node, &q_idx, &q_val, &mut acc),
+                        2 => narrow.score(node, &q_idx, &q_val, &dense, &mut acc),
+                        _ if node == 1 => narrow.score_hash(node, &q_idx, &q_val, &mut acc),
+                        _ => narrow.score_rank(node, &q_idx, &q_val, &mut acc),
+                    }
+                    assert_eq!(acc[..m], want[..], "narrow m {m} node {node} how {how}");
+                }
+            }
+        }
+    }
+
+    /// A corrupt packed entry (an output past its node's, possible only in a bundle opened
+    /// without the O(weights) checks) adds nothing to the node's outputs, whether the
+    /// accumulator ends at them or runs on.
+    #[test]
+    fn a_packed_output_past_the_node_adds_nothing_to_its_outputs() {
+        let (feats, weights) = ([[1u32, 2], [2, 3]], [[1.0f32, 2.0], [0.5, -1.0]]);
+        let mut b = ChunksBuilder::new();
+        b.push_node_as(
+            feats.iter().zip(&weights).map(|(f, w)| (&f[..], &w[..])),
+            IndexChoice::Rank,
+            RowChoice::Entries,
+        )
+        .unwrap();
+        let good = pack_entries(&b.entry_out, &b.entry_weight).unwrap();
+        let mut bad = good.clone();
+        // Feature 2's first entry now names output 9 of 2.
+        let e = b.entry_start[1] as usize;
+        bad[e] = (9 << 16) | (bad[e] & 0xffff);
+        let mut c = b.borrowed();
+        c.entry_out = Widths::U8(&[]);
+        c.entry_weight = &[];
+        let (q_idx, q_val) = ([1u32, 2, 3], [1.0f32, 1.0, 1.0]);
+        let mut dense = vec![0f32; 4];
+        for (&i, &v) in q_idx.iter().zip(&q_val) {
+            dense[i as usize] = v;
+        }
+        let mut sums = Vec::new();
+        for words in [&good, &bad] {
+            c.entry_packed = words;
+            for len in [2, OUT_SLOTS] {
+                let mut acc = vec![0f32; len];
+                c.score(0, &q_idx, &q_val, &dense, &mut acc);
+                sums.push(acc[..2].to_vec());
+            }
+        }
+        let lost = packed_weight(good[e]);
+        assert_eq!(sums[0], sums[1]);
+        assert_eq!(sums[2], sums[3]);
+        let out = (good[e] >> 16) as usize;
+        assert_eq!(sums[2][out], sums[0][out] - lost);
     }
 
     /// A tree's entries packed score, rebuild and validate as the same entries unpacked with

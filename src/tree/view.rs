@@ -34,7 +34,7 @@
 //! per depth (so the worst case is the level-wise search's) and is reported, and so is a deadline
 //! that cut the search short; either breaks the exactness guarantee for that query.
 
-use super::chunk::{ChunkError, Chunks, EntryOuts, OutSlice};
+use super::chunk::{ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice};
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -335,7 +335,9 @@ where
         Ok(())
     }
 
-    /// Scores node `i`'s outputs for the query into `acc` (bias included).
+    /// Scores node `i`'s outputs for the query into the first slots of `acc` (bias included).
+    /// `acc` keeps at least [`OUT_SLOTS`] slots, so that the entry loops need no bounds check;
+    /// the slots past the node's outputs are never read.
     #[inline]
     fn score_node(
         &self,
@@ -345,9 +347,12 @@ where
         dense: &[f32],
         acc: &mut Vec<f32>,
     ) {
-        let range = self.out_start[i] as usize..self.out_start[i + 1] as usize;
-        acc.clear();
-        acc.extend_from_slice(&self.out_bias[range]);
+        let bias = &self.out_bias[self.out_start[i] as usize..self.out_start[i + 1] as usize];
+        let len = bias.len().max(OUT_SLOTS);
+        if acc.len() < len {
+            acc.resize(len, 0.0);
+        }
+        acc[..bias.len()].copy_from_slice(bias);
         self.chunks.score(i, q_idx, q_val, dense, acc);
     }
 
