@@ -1312,19 +1312,22 @@ fn rank_find(
         let Some(&[below, w0, w1, w2]) = blocks.get(b..b + RANK_BLOCK) else {
             continue;
         };
+        // Bit `r` of the block's three words marks feature `96·block + r`: as two 64-bit halves,
+        // `r` falls in the low one (the high one adds nothing) or the high one (the low one
+        // counts whole). Branch-free, and no word is picked by index from the stack.
         let r = f % RANK_SPAN;
-        let (j, bit) = (r / 32, r % 32);
-        let word = [w0, w1, w2][j as usize];
-        let before = (if j > 0 { w0.count_ones() } else { 0 })
-            + (if j > 1 { w1.count_ones() } else { 0 })
-            + (word & ((1u32 << bit) - 1)).count_ones();
+        let (lo, hi) = (u64::from(w0) | u64::from(w1) << 32, u64::from(w2));
+        let below_r = (1u64 << (r % 64)) - 1;
+        let in_hi = u64::from(r >= 64).wrapping_neg();
+        let before = (lo & (below_r | in_hi)).count_ones() + (hi & below_r & in_hi).count_ones();
+        let word = (hi & in_hi) | (lo & !in_hi);
         let p = below as usize + before as usize;
         // `found` stays below the block size: at most one per query feature of `qi`.
         pos[found.min(LOOKUP_BLOCK - 1)] = p;
         val[found.min(LOOKUP_BLOCK - 1)] = x;
         // A corrupt count (possible only when opened without the O(weights) checks) could
         // point past the node's features; such a lookup finds nothing.
-        found += (((word >> bit) & 1) == 1 && p < n_feats) as usize;
+        found += (((word >> (r % 64)) & 1) == 1 && p < n_feats) as usize;
     }
     found
 }
