@@ -414,6 +414,12 @@ where
                     if scratch.best.len() < k {
                         scratch.best.push(cand);
                     } else if let Some(mut worst) = scratch.best.peek_mut() {
+                        // Most labels fall below the worst kept, and one float comparison tells
+                        // (the full order differs from it only for NaN and signed zeros, which
+                        // it still decides).
+                        if cand.logp < worst.logp {
+                            continue;
+                        }
                         if cand < *worst {
                             *worst = cand;
                         }
