@@ -356,15 +356,18 @@ impl<T: Copy + Into<u32>> EntryRun for Split<'_, T> {
         let (Some(outs), Some(weights)) = (self.outs.get(a..b), self.weights.get(a..b)) else {
             return;
         };
-        if let Some(slots) = acc.first_chunk_mut::<OUT_SLOTS>() {
-            // `u8` and `u16` outputs are below `OUT_SLOTS`, so the compiler drops the check.
-            for (&o, &w) in outs.iter().zip(weights) {
-                let o: u32 = o.into();
-                if let Some(slot) = slots.get_mut(o as usize) {
-                    *slot += w * x;
+        // `u8` and `u16` outputs are below `OUT_SLOTS`, so the compiler drops the check; `u32`
+        // ones may not be, and take the loop below, checked against all of `acc`.
+        if size_of::<T>() <= 2 {
+            if let Some(slots) = acc.first_chunk_mut::<OUT_SLOTS>() {
+                for (&o, &w) in outs.iter().zip(weights) {
+                    let o: u32 = o.into();
+                    if let Some(slot) = slots.get_mut(o as usize) {
+                        *slot += w * x;
+                    }
                 }
+                return;
             }
-            return;
         }
         for (&o, &w) in outs.iter().zip(weights) {
             let o: u32 = o.into();
@@ -1597,6 +1600,27 @@ mod tests {
                 }
                 acc
             };
+            // The scores worked out from the outputs' own features and weights (rounded to
+            // bfloat16 for the packed layout's entries; rows stay `f32`), in the order the
+            // entries add them.
+            let expected = |rounded: bool| -> Vec<f32> {
+                let round = |w: f32| {
+                    if rounded {
+                        packed_weight(pack_entry(0, w))
+                    } else {
+                        w
+                    }
+                };
+                let mut acc = vec![0f32; m];
+                for &f in &q_idx {
+                    for (o, (fs, ws)) in feats.iter().zip(&weights).enumerate() {
+                        if let Some(j) = fs.iter().position(|&g| g == f) {
+                            acc[o] += round(ws[j]) * dense[f as usize];
+                        }
+                    }
+                }
+                acc
+            };
             let layouts = [b.borrowed(), packed];
             for (l, c) in layouts
                 .iter()
@@ -1605,7 +1629,14 @@ mod tests {
             {
                 for node in 0..n_nodes {
                     let want = score(c, node, 0, m);
-                    assert!(want.iter().any(|&s| s != 0.0));
+                    assert_eq!(
+                        want,
+                        expected(l == 1 && node < 2),
+                        "layout {l} m {m} node {node}"
+                    );
+                    assert!(
+                        want[m - 1] != 0.0 && want.iter().filter(|&&s| s != 0.0).count() > m / 2
+                    );
                     for how in 0..4 {
                         let long = score(c, node, how, OUT_SLOTS.max(m) + 3);
                         assert_eq!(
@@ -1619,7 +1650,7 @@ mod tests {
                 }
             }
             for node in 0..2 {
-                let want = score(&b.borrowed(), node, 0, m);
+                let want = expected(false);
                 for how in 0..4 {
                     let mut acc = vec![0f32; OUT_SLOTS.max(m)];
                     match how {
