@@ -1325,9 +1325,10 @@ fn rank_find(
         let before = (lo & (below_r | in_hi)).count_ones() + (hi & below_r & in_hi).count_ones();
         let word = (hi & in_hi) | (lo & !in_hi);
         let p = below as usize + before as usize;
-        // `found` stays below the block size: at most one per query feature of `qi`.
-        pos[found.min(LOOKUP_BLOCK - 1)] = p;
-        val[found.min(LOOKUP_BLOCK - 1)] = x;
+        // `found` stays below the block size (a power of two): at most one per query feature
+        // of `qi`, so the mask never changes it and only spares the bounds check.
+        pos[found % LOOKUP_BLOCK] = p;
+        val[found % LOOKUP_BLOCK] = x;
         // A corrupt count (possible only when opened without the O(weights) checks) could
         // point past the node's features; such a lookup finds nothing.
         found += (((word >> (r % 64)) & 1) == 1 && p < n_feats) as usize;
