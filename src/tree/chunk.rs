@@ -1436,6 +1436,26 @@ mod tests {
         b
     }
 
+    /// Node `node`'s scores added into `acc` by one of four lookups: 0 the scan of `dense`, 1 the
+    /// search of the sorted query, 2 [`Chunks::score`]'s own choice, 3 the node's index (its rank
+    /// blocks, or its hash table when it has none). `q` is the query's ids, values and dense form.
+    fn score_by(
+        c: &Chunks<&[u32], &[f32], OutSlice<'_>>,
+        node: usize,
+        how: usize,
+        q: (&[u32], &[f32], &[f32]),
+        acc: &mut [f32],
+    ) {
+        let (q_idx, q_val, dense) = q;
+        match how {
+            0 => c.score_scan(node, dense, acc),
+            1 => c.score_search(node, q_idx, q_val, acc),
+            2 => c.score(node, q_idx, q_val, dense, acc),
+            _ if c.rank_blocks(node).is_empty() => c.score_hash(node, q_idx, q_val, acc),
+            _ => c.score_rank(node, q_idx, q_val, acc),
+        }
+    }
+
     #[test]
     fn outputs_are_narrowed_to_the_smallest_width_that_holds_them() {
         assert_eq!(narrowest(&[]), Widths::U8(vec![]));
@@ -1490,14 +1510,10 @@ mod tests {
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, how: usize| {
                 let mut acc = vec![0f32; m];
-                match how {
-                    0 => c.score_scan(0, &dense, &mut acc),
-                    1 => c.score_search(0, &q_idx, &q_val, &mut acc),
-                    _ => c.score_rank(0, &q_idx, &q_val, &mut acc),
-                }
+                score_by(c, 0, how, (&q_idx, &q_val, &dense), &mut acc);
                 acc
             };
-            for how in 0..3 {
+            for how in 0..4 {
                 assert_eq!(score(&narrow.borrowed(), how), score(&b.borrowed(), how));
             }
         }
@@ -1592,13 +1608,7 @@ mod tests {
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize, len| {
                 let mut acc = vec![0f32; len];
-                match how {
-                    0 => c.score_scan(node, &dense, &mut acc),
-                    1 => c.score_search(node, &q_idx, &q_val, &mut acc),
-                    2 => c.score(node, &q_idx, &q_val, &dense, &mut acc),
-                    _ if node == 1 => c.score_hash(node, &q_idx, &q_val, &mut acc),
-                    _ => c.score_rank(node, &q_idx, &q_val, &mut acc),
-                }
+                score_by(c, node, how, (&q_idx, &q_val, &dense), &mut acc);
                 acc
             };
             // The scores worked out from the outputs' own features and weights (rounded to
@@ -1653,15 +1663,8 @@ mod tests {
             for node in 0..2 {
                 let want = expected(false);
                 for how in 0..4 {
-                    let mut acc = vec![0f32; OUT_SLOTS.max(m)];
-                    match how {
-                        0 => narrow.score_scan(node, &dense, &mut acc),
-                        1 => narrow.score_search(node, &q_idx, &q_val, &mut acc),
-                        2 => narrow.score(node, &q_idx, &q_val, &dense, &mut acc),
-                        _ if node == 1 => narrow.score_hash(node, &q_idx, &q_val, &mut acc),
-                        _ => narrow.score_rank(node, &q_idx, &q_val, &mut acc),
-                    }
-                    assert_eq!(acc[..m], want[..], "narrow m {m} node {node} how {how}");
+                    let long = score(&narrow.borrowed(), node, how, OUT_SLOTS.max(m));
+                    assert_eq!(long[..m], want[..], "narrow m {m} node {node} how {how}");
                 }
             }
         }
@@ -1755,13 +1758,7 @@ mod tests {
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize| {
                 let mut acc = vec![0f32; n_outputs[node]];
-                match how {
-                    0 => c.score_scan(node, &dense, &mut acc),
-                    1 => c.score_search(node, &q_idx, &q_val, &mut acc),
-                    2 => c.score(node, &q_idx, &q_val, &dense, &mut acc),
-                    _ if node == 1 => c.score_hash(node, &q_idx, &q_val, &mut acc),
-                    _ => c.score_rank(node, &q_idx, &q_val, &mut acc),
-                }
+                score_by(c, node, how, (&q_idx, &q_val, &dense), &mut acc);
                 acc
             };
             for node in 0..3 {
