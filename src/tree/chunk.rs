@@ -1436,24 +1436,27 @@ mod tests {
         b
     }
 
-    /// Node `node`'s scores added into `acc` by one of four lookups: 0 the scan of `dense`, 1 the
-    /// search of the sorted query, 2 [`Chunks::score`]'s own choice, 3 the node's index (its rank
-    /// blocks, or its hash table when it has none). `q` is the query's ids, values and dense form.
+    /// Node `node`'s scores, added into a zeroed accumulator of `len` slots, by one of four
+    /// lookups: 0 the scan of `dense`, 1 the search of the sorted query, 2 [`Chunks::score`]'s own
+    /// choice, 3 the node's index (its rank blocks, or its hash table when it has none). `q` is
+    /// the query's ids, values and dense form.
     fn score_by(
         c: &Chunks<&[u32], &[f32], OutSlice<'_>>,
         node: usize,
         how: usize,
         q: (&[u32], &[f32], &[f32]),
-        acc: &mut [f32],
-    ) {
+        len: usize,
+    ) -> Vec<f32> {
         let (q_idx, q_val, dense) = q;
+        let mut acc = vec![0f32; len];
         match how {
-            0 => c.score_scan(node, dense, acc),
-            1 => c.score_search(node, q_idx, q_val, acc),
-            2 => c.score(node, q_idx, q_val, dense, acc),
-            _ if c.rank_blocks(node).is_empty() => c.score_hash(node, q_idx, q_val, acc),
-            _ => c.score_rank(node, q_idx, q_val, acc),
+            0 => c.score_scan(node, dense, &mut acc),
+            1 => c.score_search(node, q_idx, q_val, &mut acc),
+            2 => c.score(node, q_idx, q_val, dense, &mut acc),
+            _ if c.rank_blocks(node).is_empty() => c.score_hash(node, q_idx, q_val, &mut acc),
+            _ => c.score_rank(node, q_idx, q_val, &mut acc),
         }
+        acc
     }
 
     #[test]
@@ -1509,9 +1512,7 @@ mod tests {
                 dense[i as usize] = v;
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, how: usize| {
-                let mut acc = vec![0f32; m];
-                score_by(c, 0, how, (&q_idx, &q_val, &dense), &mut acc);
-                acc
+                score_by(c, 0, how, (&q_idx, &q_val, &dense), m)
             };
             for how in 0..4 {
                 assert_eq!(score(&narrow.borrowed(), how), score(&b.borrowed(), how));
@@ -1607,9 +1608,7 @@ mod tests {
                 dense[i as usize] = v;
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize, len| {
-                let mut acc = vec![0f32; len];
-                score_by(c, node, how, (&q_idx, &q_val, &dense), &mut acc);
-                acc
+                score_by(c, node, how, (&q_idx, &q_val, &dense), len)
             };
             // The scores worked out from the outputs' own features and weights (rounded to
             // bfloat16 for the packed layout's entries; rows stay `f32`), in the order the
@@ -1757,9 +1756,7 @@ mod tests {
                 dense[i as usize] = v;
             }
             let score = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>, node: usize, how: usize| {
-                let mut acc = vec![0f32; n_outputs[node]];
-                score_by(c, node, how, (&q_idx, &q_val, &dense), &mut acc);
-                acc
+                score_by(c, node, how, (&q_idx, &q_val, &dense), n_outputs[node])
             };
             for node in 0..3 {
                 for how in 0..4 {
