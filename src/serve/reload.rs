@@ -218,7 +218,7 @@ fn release_in_background<T: Send + Sync + 'static>(
             let held = start.elapsed();
             before_drop(&old);
             drop(old);
-            tracing::debug!(
+            tracing::info!(
                 waited_us = held.as_micros() as u64,
                 release_us = (start.elapsed() - held).as_micros() as u64,
                 "released the old model"
