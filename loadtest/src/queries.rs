@@ -133,9 +133,10 @@ pub fn score(queries: &Queries, responses: &[Kept]) -> Quality {
     q
 }
 
-/// The model version of a response, if it is a prediction.
-pub fn version_of(body: &[u8]) -> Option<String> {
+/// The model version of a response, and the server's own time on its prediction
+/// (`stats.elapsed_us`, µs, where the server reports it), if it is a prediction.
+pub fn served(body: &[u8]) -> Option<(String, Option<f64>)> {
     serde_json::from_slice::<Response>(body)
         .ok()
-        .map(|r| r.model.version)
+        .map(|r| (r.model.version, r.stats.elapsed_us))
 }

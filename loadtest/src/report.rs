@@ -42,6 +42,9 @@ pub struct Step {
     pub summary: Summary,
     /// 1-minute load average after it.
     pub loadavg: Option<f64>,
+    /// The host's steal time over the measured run, ms summed over every CPU (see
+    /// [`crate::server::host_steal_s`]).
+    pub steal_ms: Option<f64>,
 }
 
 /// The max-rate search for one (model, endpoint).
@@ -97,12 +100,12 @@ pub struct HotSwapReport {
     pub swaps_start_s: f64,
     /// When the run started, Unix seconds (to line times in the run up with the server's log).
     pub started_unix_s: f64,
-    /// The slowest successful requests: (scheduled, seconds into the run; latency, ms).
-    pub slowest: Vec<(f64, f64)>,
+    /// The slowest successful requests, slowest first.
+    pub slowest: Vec<Slow>,
     /// The first and the last failed request's scheduled time, seconds into the run.
     pub failed_span: Option<(f64, f64)>,
-    /// The whole run in 10 s windows: (start s, summary).
-    pub timeline: Vec<(f64, Summary)>,
+    /// The whole run in 10 s windows: (start s, summary, the host's steal time in it, ms).
+    pub timeline: Vec<(f64, Summary, Option<f64>)>,
     /// Failed requests over the whole run (errors plus abandoned).
     pub failed: u64,
     /// Model versions in the responses, with counts.
@@ -122,12 +125,34 @@ pub struct HotSwapReport {
     /// every 50 ms from `/proc/PID/stat`, so each figure is good to a few clock ticks over its
     /// phase.
     pub cpu_us_per_request: [Option<f64>; 3],
+    /// The server's own time on each prediction (`stats.elapsed_us` of the responses) before,
+    /// during and after the swaps. Against the CPU per request, it tells the model's part of a
+    /// change from the HTTP path's.
+    pub predict_time: [crate::stats::Percentiles; 3],
+    /// The host's steal time (ms, every CPU together) before, during and after the swaps: time
+    /// the VM's CPUs waited for the hypervisor, which stalls the server and the generator alike.
+    pub steal_ms: [Option<f64>; 3],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
     /// Both bundles + 64 MiB, kB.
     pub rss_budget_kb: u64,
     /// 1-minute load average at the start.
     pub loadavg: Option<f64>,
+}
+
+/// One of a hot-swap run's slowest requests, with where its time is known to have gone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Slow {
+    /// Scheduled send time, seconds into the run.
+    pub at_s: f64,
+    /// Latency from the scheduled send, ms.
+    pub ms: f64,
+    /// Of that, the generator's own lag before it sent the request, ms.
+    pub lag_ms: f64,
+    /// The server's own time on the prediction (`stats.elapsed_us` of the response), ms.
+    pub predict_ms: Option<f64>,
+    /// The host's steal time over at least that wait (to the sampling's 50 ms), ms.
+    pub steal_ms: Option<f64>,
 }
 
 /// A scenario's report.
@@ -297,14 +322,14 @@ pub fn markdown(r: &Report) -> String {
             m,
             "## Max rate: {} `{}` (p99 ≤ {} ms, no errors, ≥ 95% achieved)\n\n\
              | offered | achieved | p50 ms | p99 ms | p99.9 ms | errors | generator lag p99 ms | \
-             pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+             host steal ms | pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
             x.label, x.endpoint, x.target_p99_ms
         );
         for st in x.steps.iter().chain(&x.half) {
             let s = &st.summary;
             let _ = writeln!(
                 m,
-                "| {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {} | {} |",
+                "| {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} |",
                 st.rate,
                 s.achieved_rps,
                 s.latency.p50_ms,
@@ -312,6 +337,7 @@ pub fn markdown(r: &Report) -> String {
                 s.latency.p999_ms,
                 s.errors,
                 s.lag.p99_ms,
+                f(st.steal_ms, 0),
                 if st.pass { "yes" } else { "no" },
                 la(st.loadavg)
             );
@@ -415,20 +441,35 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             m,
             "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
-             | from s | requests | p50 ms | p99 ms | max ms |\n|---:|---:|---:|---:|---:|",
+             | from s | requests | p50 ms | p99 ms | max ms | host steal ms |\n\
+             |---:|---:|---:|---:|---:|---:|",
             h.swaps_start_s
         );
-        for (from, s) in &h.timeline {
+        for (from, s, steal) in &h.timeline {
             let _ = writeln!(
                 m,
-                "| {from:.0} | {} | {:.3} | {:.3} | {:.3} |",
-                s.scheduled, s.latency.p50_ms, s.latency.p99_ms, s.latency.max_ms
+                "| {from:.0} | {} | {:.3} | {:.3} | {:.3} | {} |",
+                s.scheduled,
+                s.latency.p50_ms,
+                s.latency.p99_ms,
+                s.latency.max_ms,
+                f(*steal, 0)
             );
         }
         let slowest = h
             .slowest
             .iter()
-            .map(|(at, ms)| format!("{ms:.1} ms at {at:.2} s"))
+            .map(|x| {
+                format!(
+                    "{:.1} ms at {:.2} s (generator lag {:.1} ms, prediction {} ms, host steal {} \
+                     ms)",
+                    x.ms,
+                    x.at_s,
+                    x.lag_ms,
+                    f(x.predict_ms, 3),
+                    f(x.steal_ms, 0)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ");
         let _ = writeln!(
@@ -458,6 +499,13 @@ pub fn markdown(r: &Report) -> String {
             None => format!("p99 during / before: **{:.2}×**", over(&h.before)),
         };
         let peak = h.peak_rss_kb_hwm.unwrap_or(h.peak_rss_kb_sampled);
+        let pt = |p: &crate::stats::Percentiles| {
+            if p.n == 0 {
+                "–".to_string()
+            } else {
+                format!("{:.1} / {:.1} µs", p.p50_ms * 1e3, p.p99_ms * 1e3)
+            }
+        };
         let cpu = match h.cpu_us_per_request {
             [Some(b), Some(d), a] => format!(
                 "{b:.1} µs before, {d:.1} µs during ({:.2}×; the loads' own CPU included){}",
@@ -472,7 +520,9 @@ pub fn markdown(r: &Report) -> String {
              RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} MiB \
              + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
              stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n\
-             - server CPU per request: {cpu}\n",
+             - server CPU per request: {cpu}\n- the server's own time per prediction \
+             (`stats.elapsed_us`), p50 / p99: {} before, {} during, {} after the swaps\n\
+             - host steal time (every CPU): {} ms before, {} ms during, {} ms after the swaps\n",
             h.failed,
             mb(peak),
             mb(h.peak_rss_kb_sampled),
@@ -487,7 +537,13 @@ pub fn markdown(r: &Report) -> String {
                 "none".to_string()
             } else {
                 h.swap_errors.join("; ")
-            }
+            },
+            pt(&h.predict_time[0]),
+            pt(&h.predict_time[1]),
+            pt(&h.predict_time[2]),
+            f(h.steal_ms[0], 0),
+            f(h.steal_ms[1], 0),
+            f(h.steal_ms[2], 0)
         );
     }
     m

@@ -26,6 +26,11 @@ pub struct Ctx {
     pub client: HttpClient,
 }
 
+/// The host's steal time since `from` (a [`server::host_steal_s`] reading), ms.
+fn steal_ms_since(from: Option<f64>) -> Option<f64> {
+    Some((server::host_steal_s()? - from?) * 1e3)
+}
+
 /// The 1-minute load average, if readable.
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -52,8 +57,9 @@ impl Ctx {
         }
     }
 
-    /// A warm-up (unmeasured) then a measured run at `rate`.
-    async fn measure(&self, target: &Target, rate: f64, keep: bool) -> RunResult {
+    /// A warm-up (unmeasured) then a measured run at `rate`, with the host's steal time over
+    /// the measured run.
+    async fn measure(&self, target: &Target, rate: f64, keep: bool) -> (RunResult, Option<f64>) {
         let l = &self.scenario.load;
         if l.warmup_s > 0.0 {
             let n = target.bodies.len().max(1);
@@ -64,13 +70,15 @@ impl Ctx {
         }
         // Every measured run replays the queries from the first, so the rates of one model
         // answer the same queries (the warm-up takes them from the end).
-        engine::run(
+        let steal = server::host_steal_s();
+        let r = engine::run(
             &self.client,
             target,
             &self.spec(rate, l.duration_s, keep, 0),
             &self.cancel,
         )
-        .await
+        .await;
+        (r, steal_ms_since(steal))
     }
 
     /// The server of one `[[models]]` entry: started on its bundle, or found at its URL. A
@@ -256,7 +264,7 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
 
 /// One max-rate trial: passes with no errors, achieved ≥ 95% of offered, p99 ≤ target.
 async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
-    let r = ctx.measure(target, rate, false).await;
+    let (r, steal_ms) = ctx.measure(target, rate, false).await;
     let summary = stats::summarize_run(&r);
     let pass = !r.cancelled
         && summary.errors == 0
@@ -275,6 +283,7 @@ async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
         pass,
         summary,
         loadavg: loadavg(),
+        steal_ms,
     }
 }
 
@@ -388,7 +397,9 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                     &ctx.cancel,
                 )
                 .await;
+                let steal = server::host_steal_s();
                 let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
+                let steal_ms = steal_ms_since(steal);
                 let summary = stats::summarize_run(&r);
                 eprintln!(
                     "  half max ({:.0} req/s, {} s): p50 {:.3} ms, p99 {:.3} ms, errors {}",
@@ -403,6 +414,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                     pass: summary.errors == 0,
                     summary,
                     loadavg: la,
+                    steal_ms,
                 });
             }
             rep.max_rate.push(entry);
@@ -417,6 +429,15 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
 /// after it; `None` when no sample is that late.
 fn cpu_at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
     samples.iter().find(|x| x.0 >= t).map(|x| x.1)
+}
+
+/// How much a sampled counter grew over at least `[from, to]` (seconds since the run's start):
+/// from the last sample at or before `from` to the first at or after `to`; `None` when the
+/// samples do not reach that far on either side.
+fn covering(samples: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
+    let start = samples.iter().rev().find(|x| x.0 <= from)?.1;
+    let end = samples.iter().find(|x| x.0 >= to)?.1;
+    Some(end - start)
 }
 
 /// Points `link` at `target` by an atomic rename of a fresh symlink over it.
@@ -456,13 +477,19 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let _ = std::fs::remove_file(&link);
     swap_link(&link, &bundles[0])?;
     let token = format!("loadtest-{}", std::process::id());
-    let env = vec![
+    let mut env = vec![
         (
             "XMC_POLL_INTERVAL_MS".to_string(),
             h.poll_interval_ms.to_string(),
         ),
         ("XMC_ADMIN_TOKEN".to_string(), token.clone()),
     ];
+    // Started servers log warnings only. These log each model published and released, with
+    // how long each took, to line up with the report's slowest requests; 200 lines a run. A
+    // scenario's own `XMC_LOG` wins.
+    if !ctx.scenario.server.env.contains_key("XMC_LOG") {
+        env.push(("XMC_LOG".to_string(), "info".to_string()));
+    }
     let rate = match (h.rate, h.rate_fraction, &ctx.scenario.max_rate) {
         (Some(r), _, _) => r,
         (None, Some(f), Some(mr)) => {
@@ -511,6 +538,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let mut spec = ctx.spec(rate, total, true, 0);
     spec.max_requests = None;
     let t0 = Instant::now();
+    let steal_at_start = server::host_steal_s();
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -579,7 +607,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         let cancel = ctx.cancel.clone();
         tokio::spawn(async move {
             let mut peak = 0u64;
-            let mut cpu = Vec::new();
+            let (mut cpu, mut steal) = (Vec::new(), Vec::new());
             let end = t0 + Duration::from_secs_f64(total + 1.0);
             while Instant::now() < end && !cancel.is_cancelled() {
                 if let Some(kb) = pid.and_then(|p| server::proc_status_kb(p, "VmRSS")) {
@@ -588,15 +616,21 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 if let Some(s) = pid.and_then(server::proc_cpu_s) {
                     cpu.push((t0.elapsed().as_secs_f64(), s));
                 }
+                if let Some(s) = server::host_steal_s() {
+                    steal.push((t0.elapsed().as_secs_f64(), s));
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            (peak, cpu)
+            (peak, cpu, steal)
         })
     };
     let load_before = loadavg();
     let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
     let log = swapper.await.unwrap_or_default();
-    let (sampled_peak, cpu) = sampler.await.unwrap_or_default();
+    let (sampled_peak, cpu, mut steal) = sampler.await.unwrap_or_default();
+    if let Some(s) = steal_at_start {
+        steal.insert(0, (0.0, s));
+    }
     let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
     let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
@@ -618,16 +652,39 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .as_ref()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
+    let steal_ms = [(0.0, before_end), (first, last), (last, last + h.after_s)]
+        .map(|(from, to)| covering(&steal, from, to).map(|s| s * 1e3));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
-    let mut slowest: Vec<(f64, f64)> = r
-        .samples
-        .iter()
-        .filter(|x| x.ok())
-        .map(|x| (x.scheduled_us as f64 / 1e6, x.latency_us as f64 / 1e3))
+    let mut slowest: Vec<&engine::Sample> = r.samples.iter().filter(|x| x.ok()).collect();
+    // The slowest few, without sorting a run's million samples.
+    let n = slowest.len().min(SLOWEST);
+    if n > 0 {
+        slowest.select_nth_unstable_by_key(n - 1, |x| std::cmp::Reverse(x.latency_us));
+    }
+    slowest.truncate(n);
+    slowest.sort_by_key(|x| std::cmp::Reverse(x.latency_us));
+    // Where each one's time went: the generator's lag, the server's prediction (from its kept
+    // response), and the host's steal over the wait (the VM itself stalled).
+    let slowest = slowest
+        .into_iter()
+        .map(|x| {
+            let (at_s, ms) = (x.scheduled_us as f64 / 1e6, x.latency_us as f64 / 1e3);
+            let predict_ms = r
+                .bodies
+                .iter()
+                .find(|k| k.scheduled_us == x.scheduled_us && k.body == x.body)
+                .and_then(|k| queries::served(&k.bytes)?.1)
+                .map(|us| us / 1e3);
+            report::Slow {
+                at_s,
+                ms,
+                lag_ms: x.lag_us as f64 / 1e3,
+                predict_ms,
+                steal_ms: covering(&steal, at_s, at_s + ms / 1e3).map(|s| s * 1e3),
+            }
+        })
         .collect();
-    slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
-    slowest.truncate(SLOWEST);
     // The failed samples' count and the span of their scheduled times, in one pass.
     let (failed_samples, failed_span) = r
         .samples
@@ -656,24 +713,42 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let timeline = (0..(total / step).ceil() as usize)
         .map(|i| {
             let from = i as f64 * step;
+            let to = (from + step).min(total);
             (
                 from,
-                stats::summarize_window(&r, from, (from + step).min(total)),
+                stats::summarize_window(&r, from, to),
+                covering(&steal, from, to).map(|s| s * 1e3),
             )
         })
         .collect();
     let quality: Quality = queries::score(q, &r.bodies);
-    // How often the serving version changed, in scheduled order.
+    // How often the serving version changed, in scheduled order; and the server's own time
+    // on each prediction, by phase: the model's share of a phase's latency and CPU.
     let mut kept: Vec<&engine::Kept> = r.bodies.iter().collect();
     kept.sort_by_key(|k| k.scheduled_us);
     let mut version_changes = 0usize;
     let mut prev: Option<String> = None;
-    for v in kept.iter().filter_map(|k| queries::version_of(&k.bytes)) {
+    let mut predict = [(); 3].map(|_| stats::histogram());
+    let phase_ends = [before_end, last, last + h.after_s];
+    for k in &kept {
+        let Some((v, elapsed)) = queries::served(&k.bytes) else {
+            continue;
+        };
         if prev.as_ref().is_some_and(|p| *p != v) {
             version_changes += 1;
         }
         prev = Some(v);
+        let at = k.scheduled_us as f64 / 1e6;
+        let phase = match phase_ends.iter().position(|&end| at < end) {
+            Some(0) => Some(0),
+            Some(_) if at < first => None,
+            p => p,
+        };
+        if let (Some(p), Some(us)) = (phase, elapsed.filter(|u| u.is_finite() && *u >= 0.0)) {
+            predict[p].saturating_record((us.round() as u64).max(1));
+        }
     }
+    let predict_time = predict.map(|h| stats::Percentiles::of(&h));
     let budget_kb = (sizes[0] + sizes[1]) / 1024 + 64 * 1024;
     rep.hot_swap = Some(HotSwapReport {
         rate,
@@ -706,10 +781,30 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         peak_rss_kb_hwm: hwm,
         peak_rss_kb_sampled: sampled_peak,
         cpu_us_per_request,
+        predict_time,
+        steal_ms,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,
         loadavg: load_before,
     });
     report::write(rep, &ctx.out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covering_spans_the_samples_around_a_window() {
+        let s = [(0.0, 10.0), (0.05, 10.0), (0.10, 10.3), (0.15, 10.5)];
+        // Inside one sampling step: the two samples around it.
+        assert_eq!(covering(&s, 0.06, 0.09), Some(10.3 - 10.0));
+        // On samples exactly: those samples.
+        assert_eq!(covering(&s, 0.05, 0.15), Some(10.5 - 10.0));
+        // Past either end: unknown, not a part.
+        assert_eq!(covering(&s, 0.06, 0.2), None);
+        assert_eq!(covering(&s, -0.01, 0.1), None);
+        assert_eq!(covering(&[], 0.0, 0.0), None);
+    }
 }

@@ -206,6 +206,23 @@ fn cpu_s_of_stat(stat: &str, ticks_per_s: u64) -> Option<f64> {
     (ticks_per_s > 0).then(|| (utime + stime) as f64 / ticks_per_s as f64)
 }
 
+/// The time this machine's CPUs were ready to run but the hypervisor ran something else
+/// (`steal`, the eighth figure of `/proc/stat`'s `cpu` line), summed over every CPU since
+/// boot, in seconds; `None` where unreadable or not reported. On a shared VM a stall of the
+/// whole guest shows here and nowhere in the guest's own figures.
+pub fn host_steal_s() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    steal_s_of_proc_stat(&text, rustix::param::clock_ticks_per_second())
+}
+
+/// `steal` from the aggregate `cpu` line of `/proc/stat`, in seconds.
+fn steal_s_of_proc_stat(text: &str, ticks_per_s: u64) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal …
+    let steal: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    (ticks_per_s > 0).then(|| steal as f64 / ticks_per_s as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +236,15 @@ mod tests {
         assert_eq!(cpu_s_of_stat("no name here", 100), None);
         // This process has run for a while already.
         assert!(proc_cpu_s(std::process::id()).is_some_and(|s| s >= 0.0));
+    }
+
+    #[test]
+    fn steal_is_read_from_the_aggregate_cpu_line() {
+        let stat = "cpu  770222 2 236252 429881 1741 0 41380 622 0 0\n\
+                    cpu0 380518 1 117019 221135 434 0 20441 325 0 0\n";
+        assert_eq!(steal_s_of_proc_stat(stat, 100), Some(6.22));
+        // A kernel too old to report steal, and no aggregate line at all.
+        assert_eq!(steal_s_of_proc_stat("cpu  1 2 3 4 5 6 7\n", 100), None);
+        assert_eq!(steal_s_of_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", 100), None);
     }
 }
