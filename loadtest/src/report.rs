@@ -151,8 +151,17 @@ pub struct Slow {
     pub lag_ms: f64,
     /// The server's own time on the prediction (`stats.elapsed_us` of the response), ms.
     pub predict_ms: Option<f64>,
-    /// The host's steal time over at least that wait (to the sampling's 50 ms), ms.
-    pub steal_ms: Option<f64>,
+    /// What the machine's CPUs did over at least that wait (to the sampling's 50 ms).
+    pub machine: Option<Span>,
+}
+
+/// What the machine's CPUs did over a span of time.
+#[derive(Clone, Debug, Serialize)]
+pub struct Span {
+    /// The span, ms.
+    pub ms: f64,
+    /// The CPUs' time in it by state, ms summed over every CPU.
+    pub cpu_ms: crate::server::CpuTimes,
 }
 
 /// A scenario's report.
@@ -460,14 +469,20 @@ pub fn markdown(r: &Report) -> String {
             .slowest
             .iter()
             .map(|x| {
+                let machine = x.machine.as_ref().map_or(String::new(), |s| {
+                    let c = &s.cpu_ms;
+                    format!(
+                        "; over the {:.0} ms around it, the CPUs' user {:.0}, system {:.0}, \
+                         interrupts {:.0}, idle {:.0}, host steal {:.0} ms",
+                        s.ms, c.user, c.system, c.irq, c.idle, c.steal
+                    )
+                });
                 format!(
-                    "{:.1} ms at {:.2} s (generator lag {:.1} ms, prediction {} ms, host steal {} \
-                     ms)",
+                    "{:.1} ms at {:.2} s (generator lag {:.1} ms, prediction {} ms{machine})",
                     x.ms,
                     x.at_s,
                     x.lag_ms,
                     f(x.predict_ms, 3),
-                    f(x.steal_ms, 0)
                 )
             })
             .collect::<Vec<_>>()

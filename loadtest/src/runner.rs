@@ -435,9 +435,18 @@ fn cpu_at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
 /// from the last sample at or before `from` to the first at or after `to`; `None` when the
 /// samples do not reach that far on either side.
 fn covering(samples: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
-    let start = samples.iter().rev().find(|x| x.0 <= from)?.1;
-    let end = samples.iter().find(|x| x.0 >= to)?.1;
-    Some(end - start)
+    let (start, end) = around(samples, from, to)?;
+    Some(end.1 - start.1)
+}
+
+/// A reading taken at a time (seconds since the run's start).
+type Sampled<T> = (f64, T);
+
+/// The samples that bound `[from, to]` (see [`covering`]).
+fn around<T>(samples: &[Sampled<T>], from: f64, to: f64) -> Option<(&Sampled<T>, &Sampled<T>)> {
+    let start = samples.iter().rev().find(|x| x.0 <= from)?;
+    let end = samples.iter().find(|x| x.0 >= to)?;
+    Some((start, end))
 }
 
 /// Points `link` at `target` by an atomic rename of a fresh symlink over it.
@@ -538,7 +547,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let mut spec = ctx.spec(rate, total, true, 0);
     spec.max_requests = None;
     let t0 = Instant::now();
-    let steal_at_start = server::host_steal_s();
+    let machine_at_start = server::machine_cpu();
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -607,7 +616,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         let cancel = ctx.cancel.clone();
         tokio::spawn(async move {
             let mut peak = 0u64;
-            let (mut cpu, mut steal) = (Vec::new(), Vec::new());
+            let (mut cpu, mut machine) = (Vec::new(), Vec::new());
             let end = t0 + Duration::from_secs_f64(total + 1.0);
             while Instant::now() < end && !cancel.is_cancelled() {
                 if let Some(kb) = pid.and_then(|p| server::proc_status_kb(p, "VmRSS")) {
@@ -616,21 +625,22 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 if let Some(s) = pid.and_then(server::proc_cpu_s) {
                     cpu.push((t0.elapsed().as_secs_f64(), s));
                 }
-                if let Some(s) = server::host_steal_s() {
-                    steal.push((t0.elapsed().as_secs_f64(), s));
+                if let Some(m) = server::machine_cpu() {
+                    machine.push((t0.elapsed().as_secs_f64(), m));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            (peak, cpu, steal)
+            (peak, cpu, machine)
         })
     };
     let load_before = loadavg();
     let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
     let log = swapper.await.unwrap_or_default();
-    let (sampled_peak, cpu, mut steal) = sampler.await.unwrap_or_default();
-    if let Some(s) = steal_at_start {
-        steal.insert(0, (0.0, s));
+    let (sampled_peak, cpu, mut machine) = sampler.await.unwrap_or_default();
+    if let Some(m) = machine_at_start {
+        machine.insert(0, (0.0, m));
     }
+    let steal: Vec<(f64, f64)> = machine.iter().map(|(t, m)| (*t, m.steal)).collect();
     let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
     let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
@@ -665,7 +675,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     slowest.truncate(n);
     slowest.sort_by_key(|x| std::cmp::Reverse(x.latency_us));
     // Where each one's time went: the generator's lag, the server's prediction (from its kept
-    // response), and the host's steal over the wait (the VM itself stalled).
+    // response), and what the machine's CPUs did over the wait.
     let slowest = slowest
         .into_iter()
         .map(|x| {
@@ -681,7 +691,10 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 ms,
                 lag_ms: x.lag_us as f64 / 1e3,
                 predict_ms,
-                steal_ms: covering(&steal, at_s, at_s + ms / 1e3).map(|s| s * 1e3),
+                machine: around(&machine, at_s, at_s + ms / 1e3).map(|(a, b)| report::Span {
+                    ms: (b.0 - a.0) * 1e3,
+                    cpu_ms: b.1.since(&a.1, 1e3),
+                }),
             }
         })
         .collect();

@@ -206,21 +206,65 @@ fn cpu_s_of_stat(stat: &str, ticks_per_s: u64) -> Option<f64> {
     (ticks_per_s > 0).then(|| (utime + stime) as f64 / ticks_per_s as f64)
 }
 
-/// The time this machine's CPUs were ready to run but the hypervisor ran something else
-/// (`steal`, the eighth figure of `/proc/stat`'s `cpu` line), summed over every CPU since
-/// boot, in seconds; `None` where unreadable or not reported. On a shared VM a stall of the
-/// whole guest shows here and nowhere in the guest's own figures.
-pub fn host_steal_s() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    steal_s_of_proc_stat(&text, rustix::param::clock_ticks_per_second())
+/// The machine's CPU time by what the CPUs did, summed over every CPU: from `/proc/stat`'s
+/// `cpu` line, in seconds since boot, or a difference of two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CpuTimes {
+    /// Running user code (`user` + `nice`).
+    pub user: f64,
+    /// Running the kernel for a process (`system`).
+    pub system: f64,
+    /// Serving interrupts (`irq` + `softirq`; loopback packets are handled here too).
+    pub irq: f64,
+    /// Idle, with nothing to run (`idle` + `iowait`).
+    pub idle: f64,
+    /// Ready to run while the hypervisor ran something else (`steal`): a stall of the whole
+    /// guest, which shows in no figure of the guest's own.
+    pub steal: f64,
 }
 
-/// `steal` from the aggregate `cpu` line of `/proc/stat`, in seconds.
-fn steal_s_of_proc_stat(text: &str, ticks_per_s: u64) -> Option<f64> {
+impl CpuTimes {
+    /// What changed from `earlier` to this reading, times `scale` (1000 for milliseconds).
+    pub fn since(&self, earlier: &CpuTimes, scale: f64) -> CpuTimes {
+        CpuTimes {
+            user: (self.user - earlier.user) * scale,
+            system: (self.system - earlier.system) * scale,
+            irq: (self.irq - earlier.irq) * scale,
+            idle: (self.idle - earlier.idle) * scale,
+            steal: (self.steal - earlier.steal) * scale,
+        }
+    }
+}
+
+/// The machine's CPU times now; `None` where `/proc/stat` is unreadable or has no steal
+/// column.
+pub fn machine_cpu() -> Option<CpuTimes> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    cpu_times_of_proc_stat(&text, rustix::param::clock_ticks_per_second())
+}
+
+/// The host's steal time so far ([`CpuTimes::steal`]), seconds.
+pub fn host_steal_s() -> Option<f64> {
+    Some(machine_cpu()?.steal)
+}
+
+/// The aggregate `cpu` line of `/proc/stat`, in seconds.
+fn cpu_times_of_proc_stat(text: &str, ticks_per_s: u64) -> Option<CpuTimes> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     // user nice system idle iowait irq softirq steal …
-    let steal: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
-    (ticks_per_s > 0).then(|| steal as f64 / ticks_per_s as f64)
+    let mut t = [0u64; 8];
+    let mut fields = line.split_whitespace().skip(1);
+    for v in &mut t {
+        *v = fields.next()?.parse().ok()?;
+    }
+    let s = |ticks: u64| ticks as f64 / ticks_per_s as f64;
+    (ticks_per_s > 0).then(|| CpuTimes {
+        user: s(t[0] + t[1]),
+        system: s(t[2]),
+        irq: s(t[5] + t[6]),
+        idle: s(t[3] + t[4]),
+        steal: s(t[7]),
+    })
 }
 
 #[cfg(test)]
@@ -239,12 +283,22 @@ mod tests {
     }
 
     #[test]
-    fn steal_is_read_from_the_aggregate_cpu_line() {
+    fn cpu_times_are_read_from_the_aggregate_cpu_line() {
         let stat = "cpu  770222 2 236252 429881 1741 0 41380 622 0 0\n\
                     cpu0 380518 1 117019 221135 434 0 20441 325 0 0\n";
-        assert_eq!(steal_s_of_proc_stat(stat, 100), Some(6.22));
+        let t = cpu_times_of_proc_stat(stat, 100).unwrap();
+        assert_eq!(t.user, 7702.24);
+        assert_eq!(t.system, 2362.52);
+        assert_eq!(t.irq, 413.8);
+        assert_eq!(t.idle, 4316.22);
+        assert_eq!(t.steal, 6.22);
+        let later = CpuTimes { steal: 6.25, ..t };
+        assert!((later.since(&t, 1e3).steal - 30.0).abs() < 1e-9);
+        assert_eq!(later.since(&t, 1e3).user, 0.0);
         // A kernel too old to report steal, and no aggregate line at all.
-        assert_eq!(steal_s_of_proc_stat("cpu  1 2 3 4 5 6 7\n", 100), None);
-        assert_eq!(steal_s_of_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", 100), None);
+        assert_eq!(cpu_times_of_proc_stat("cpu  1 2 3 4 5 6 7\n", 100), None);
+        assert_eq!(cpu_times_of_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", 100), None);
+        // This machine has one.
+        assert!(machine_cpu().is_some_and(|c| c.idle + c.user > 0.0) || !cfg!(target_os = "linux"));
     }
 }
