@@ -431,18 +431,11 @@ fn cpu_at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
     samples.iter().find(|x| x.0 >= t).map(|x| x.1)
 }
 
-/// How much a sampled counter grew over at least `[from, to]` (seconds since the run's start):
-/// from the last sample at or before `from` to the first at or after `to`; `None` when the
-/// samples do not reach that far on either side.
-fn covering(samples: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
-    let (start, end) = around(samples, from, to)?;
-    Some(end.1 - start.1)
-}
-
 /// A reading taken at a time (seconds since the run's start).
 type Sampled<T> = (f64, T);
 
-/// The samples that bound `[from, to]` (see [`covering`]).
+/// The samples that bound at least `[from, to]`: the last at or before `from` and the first at
+/// or after `to`; `None` when the samples do not reach that far on either side.
 fn around<T>(samples: &[Sampled<T>], from: f64, to: f64) -> Option<(&Sampled<T>, &Sampled<T>)> {
     let start = samples.iter().rev().find(|x| x.0 <= from)?;
     let end = samples.iter().find(|x| x.0 >= to)?;
@@ -640,7 +633,13 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     if let Some(m) = machine_at_start {
         machine.insert(0, (0.0, m));
     }
-    let steal: Vec<(f64, f64)> = machine.iter().map(|(t, m)| (*t, m.steal)).collect();
+    // What the machine's CPUs did over at least `[from, to]`, to the sampling's 50 ms.
+    let machine_over = |from: f64, to: f64| {
+        around(&machine, from, to).map(|(a, b)| report::Span {
+            ms: (b.0 - a.0) * 1e3,
+            cpu_ms: b.1.since(&a.1, 1e3),
+        })
+    };
     let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
     let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
@@ -663,7 +662,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
     let steal_ms = [(0.0, before_end), (first, last), (last, last + h.after_s)]
-        .map(|(from, to)| covering(&steal, from, to).map(|s| s * 1e3));
+        .map(|(from, to)| machine_over(from, to).map(|s| s.cpu_ms.steal));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
     let mut slowest: Vec<&engine::Sample> = r.samples.iter().filter(|x| x.ok()).collect();
@@ -691,10 +690,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 ms,
                 lag_ms: x.lag_us as f64 / 1e3,
                 predict_ms,
-                machine: around(&machine, at_s, at_s + ms / 1e3).map(|(a, b)| report::Span {
-                    ms: (b.0 - a.0) * 1e3,
-                    cpu_ms: b.1.since(&a.1, 1e3),
-                }),
+                machine: machine_over(at_s, at_s + ms / 1e3),
             }
         })
         .collect();
@@ -730,7 +726,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             (
                 from,
                 stats::summarize_window(&r, from, to),
-                covering(&steal, from, to).map(|s| s * 1e3),
+                machine_over(from, to).map(|s| s.cpu_ms.steal),
             )
         })
         .collect();
@@ -809,15 +805,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn covering_spans_the_samples_around_a_window() {
+    fn around_spans_the_samples_around_a_window() {
         let s = [(0.0, 10.0), (0.05, 10.0), (0.10, 10.3), (0.15, 10.5)];
+        let growth = |from, to| around(&s, from, to).map(|(a, b)| b.1 - a.1);
         // Inside one sampling step: the two samples around it.
-        assert_eq!(covering(&s, 0.06, 0.09), Some(10.3 - 10.0));
+        assert_eq!(around(&s, 0.06, 0.09), Some((&s[1], &s[2])));
+        assert_eq!(growth(0.06, 0.09), Some(10.3 - 10.0));
         // On samples exactly: those samples.
-        assert_eq!(covering(&s, 0.05, 0.15), Some(10.5 - 10.0));
+        assert_eq!(around(&s, 0.05, 0.15), Some((&s[1], &s[3])));
+        assert_eq!(growth(0.05, 0.15), Some(10.5 - 10.0));
         // Past either end: unknown, not a part.
-        assert_eq!(covering(&s, 0.06, 0.2), None);
-        assert_eq!(covering(&s, -0.01, 0.1), None);
-        assert_eq!(covering(&[], 0.0, 0.0), None);
+        assert_eq!(growth(0.06, 0.2), None);
+        assert_eq!(growth(-0.01, 0.1), None);
+        assert_eq!(around::<f64>(&[], 0.0, 0.0), None);
     }
 }
