@@ -102,13 +102,11 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
     let opened = Instant::now();
     // A few predictions touch the request path's code and the upper tree levels, so the first
     // real request after the swap is not the cold one.
-    let d = model.meta().n_features.max(1) as u32;
     let mut scratch = Scratch::default();
     let mut out = Prediction::default();
     for q in 0..16u32 {
         model.bundle().step_done();
-        let idx: Vec<u32> = (0..8).map(|j| (q * 7919 + j * 104_729) % d).collect();
-        let val = vec![1.0f32; idx.len()];
+        let (idx, val) = warm_query(&model, q);
         // Ids are reduced modulo d, so this cannot fail; a failure would only skip warming.
         let _ = model.predict_into(
             &idx,
@@ -123,6 +121,15 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
         warm_ms: opened.elapsed().as_secs_f64() * 1e3,
     };
     Ok((model, times))
+}
+
+/// The `q`th synthetic warm-up query for `model`: eight feature ids spread over its features
+/// (reduced modulo their count), each of value 1.
+pub(crate) fn warm_query(model: &Model, q: u32) -> (Vec<u32>, Vec<f32>) {
+    let d = model.meta().n_features.max(1) as u32;
+    let idx: Vec<u32> = (0..8).map(|j| (q * 7919 + j * 104_729) % d).collect();
+    let val = vec![1.0f32; idx.len()];
+    (idx, val)
 }
 
 /// Runs `work` on a thread of its own at low priority (see [`LoadPriority`]), so that a load's

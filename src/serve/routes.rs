@@ -225,6 +225,20 @@ thread_local! {
     static SCRATCH: RefCell<(Scratch, Prediction)> = RefCell::new(Default::default());
 }
 
+/// Sizes this thread's scratch space for `model` with one throwaway prediction, recording no
+/// metrics. A thread's first prediction otherwise grows it on the request path: the dense
+/// query vector alone is `n_features` floats of new memory.
+pub(crate) fn warm_scratch(model: &crate::model::Model) {
+    let (idx, val) = reload::warm_query(model, 0);
+    SCRATCH.with(|cell| {
+        if let Ok(mut s) = cell.try_borrow_mut() {
+            let (scratch, out) = &mut *s;
+            // Ids are reduced modulo d, so this cannot fail; a failure would only skip warming.
+            let _ = model.predict_into(&idx, &val, &PredictOptions::default(), scratch, out);
+        }
+    });
+}
+
 /// The model that served a response.
 #[derive(Serialize)]
 struct ModelRef<'a> {
