@@ -107,7 +107,8 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
     for q in 0..16u32 {
         model.bundle().step_done();
         let (idx, val) = warm_query(&model, q);
-        // Ids are reduced modulo d, so this cannot fail; a failure would only skip warming.
+        // `warm_query` reduces the ids modulo the feature count, so this cannot fail; a failure
+        // would only skip warming.
         let _ = model.predict_into(
             &idx,
             &val,

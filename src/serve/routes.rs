@@ -233,7 +233,8 @@ pub(crate) fn warm_scratch(model: &crate::model::Model) {
     SCRATCH.with(|cell| {
         if let Ok(mut s) = cell.try_borrow_mut() {
             let (scratch, out) = &mut *s;
-            // Ids are reduced modulo d, so this cannot fail; a failure would only skip warming.
+            // `warm_query` reduces the ids modulo the feature count, so this cannot fail; a failure
+            // would only skip warming.
             let _ = model.predict_into(&idx, &val, &PredictOptions::default(), scratch, out);
         }
     });
