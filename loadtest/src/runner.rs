@@ -26,11 +26,6 @@ pub struct Ctx {
     pub client: HttpClient,
 }
 
-/// The host's steal time since `from` (a [`server::host_steal_s`] reading), ms.
-fn steal_ms_since(from: Option<f64>) -> Option<f64> {
-    Some((server::host_steal_s()? - from?) * 1e3)
-}
-
 /// The 1-minute load average, if readable.
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -70,15 +65,19 @@ impl Ctx {
         }
         // Every measured run replays the queries from the first, so the rates of one model
         // answer the same queries (the warm-up takes them from the end).
-        let steal = server::host_steal_s();
-        let r = engine::run(
-            &self.client,
-            target,
-            &self.spec(rate, l.duration_s, keep, 0),
-            &self.cancel,
-        )
-        .await;
-        (r, steal_ms_since(steal))
+        self.run_with_steal(target, &self.spec(rate, l.duration_s, keep, 0))
+            .await
+    }
+
+    /// One run of `spec`, with the host's steal time over it (ms, every CPU together; see
+    /// [`server::host_steal_s`]).
+    async fn run_with_steal(&self, target: &Target, spec: &RunSpec) -> (RunResult, Option<f64>) {
+        let before = server::host_steal_s();
+        let r = engine::run(&self.client, target, spec, &self.cancel).await;
+        let steal_ms = server::host_steal_s()
+            .zip(before)
+            .map(|(after, before)| (after - before) * 1e3);
+        (r, steal_ms)
     }
 
     /// The server of one `[[models]]` entry: started on its bundle, or found at its URL. A
@@ -397,9 +396,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                     &ctx.cancel,
                 )
                 .await;
-                let steal = server::host_steal_s();
-                let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
-                let steal_ms = steal_ms_since(steal);
+                let (r, steal_ms) = ctx.run_with_steal(&target, &spec).await;
                 let summary = stats::summarize_run(&r);
                 eprintln!(
                     "  half max ({:.0} req/s, {} s): p50 {:.3} ms, p99 {:.3} ms, errors {}",
