@@ -14,9 +14,9 @@
 #    second against threads, and whether the predictions stay bit for bit the same).
 # 3. With SERVE_CPUS set (e.g. "1 2 4"): the HTTP max rate of /v1/predict on the serving model
 #    (loadtest/scenarios/max-rate.toml, shortened) with the server confined to that many CPUs,
-#    one per physical core, and the load generator to a core of its own. One generator thread
-#    sends, so the rates stop growing once it is the bottleneck: /healthz at the largest count
-#    shows where that is.
+#    one per physical core, and the load generator's sending threads (`load.senders`: SENDERS,
+#    default one per two server CPUs) to cores of their own. /healthz at the largest count
+#    shows where the generator itself stops.
 #
 # DATA (a directory with train.txt.gz and test.txt.gz), OUT (work files and reports; default
 # /tmp/xmc-scaling), SERVE_S (seconds per max-rate trial; default 3), XMC, XMC_LOADTEST and
@@ -105,18 +105,23 @@ XMC_BENCH_DATA=$DATA XMC_BENCH_MODEL=$serving XMC_BENCH_THREADS=$(IFS=,; echo "$
 echo
 
 [ -n "$SERVE_CPUS" ] || exit 0
-# One CPU per physical core, the generator's first.
+# One CPU per physical core: the generator's senders take the first, the server the next.
 mapfile -t percore < <(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u | cut -d, -f1)
-gen=${percore[0]}
-echo "load generator on CPU $gen; server CPUs one per core from: ${percore[*]:1}"
-echo
 for n in $SERVE_CPUS; do
-  cpus=$(IFS=,; echo "${percore[*]:1:$n}")
+  # One sender thread per two server cores (one sender loaded about two cores' worth of
+  # predict on the device; ARCHITECTURE.md, "Scaling with cores"), unless SENDERS says.
+  senders=${SENDERS:-$(((n + 1) / 2))}
+  if [ $((senders + n)) -gt ${#percore[@]} ]; then
+    echo "server on $n CPUs: $senders senders and $n server CPUs need more than the ${#percore[@]} cores here"
+    continue
+  fi
+  gen=$(IFS=,; echo "${percore[*]:0:$senders}")
+  cpus=$(IFS=,; echo "${percore[*]:$senders:$n}")
   endpoints='["predict"]'
   [ "$n" = "${SERVE_CPUS##* }" ] && endpoints='["predict", "healthz"]'
   sed -e "s|^test = .*|test = \"$DATA/test.txt.gz\"|" \
     -e "s|^xmc = .*|xmc = \"$XMC\"\ncpus = [$cpus]|" \
-    -e "s|^warmup_s = .*|warmup_s = 1\nduration_s = $SERVE_S\ncpus = [$gen]|" \
+    -e "s|^warmup_s = .*|warmup_s = 1\nduration_s = $SERVE_S\ncpus = [$gen]\nsenders = $senders|" \
     -e '/^duration_s = 5/d' \
     -e "s|^endpoints = .*|endpoints = $endpoints|" \
     -e 's|^half_s = .*|half_s = 5|' -e 's|^refine = .*|refine = 2|' \
@@ -126,7 +131,7 @@ for n in $SERVE_CPUS; do
       >"$OUT/serve-$n.toml"
   "$XMC_LOADTEST" "$OUT/serve-$n.toml" --out "$OUT/serve-$n" >"$OUT/serve-$n.log" 2>&1 ||
     { echo "server on $n CPUs: xmc-loadtest failed, see $OUT/serve-$n.log"; continue; }
-  echo "server on $n CPU(s) [$cpus]:"
+  echo "server on $n CPU(s) [$cpus], $senders sender(s) on [$gen]:"
   grep -E '^(## Max rate|Max rate:|At half)' "$OUT/serve-$n/report.md"
   echo
 done

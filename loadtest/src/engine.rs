@@ -8,6 +8,9 @@
 //! when it left (the coordinated-omission correction; see `loadtest/README.md`). Near a send time,
 //! and while requests are in flight, the thread spins rather than sleeps (see [`run`]), so the
 //! tool's own lag stays at microseconds; it is measured and reported as `lag`.
+//!
+//! One such thread can send only so much; [`Senders`] runs several, each on its share of the
+//! rate, for a server on more cores than one sender can load.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -401,4 +404,143 @@ pub async fn run(
     result.elapsed_s = (end - start).as_secs_f64();
     result.schedule_s = (last_sched - start).as_secs_f64();
     result
+}
+
+/// One run handed to a sender thread.
+struct Job {
+    target: Target,
+    spec: RunSpec,
+    cancel: Cancel,
+    /// When the senders of the run start their schedules (together, to a wake-up's latency).
+    start: Instant,
+    done: tokio::sync::oneshot::Sender<RunResult>,
+}
+
+/// Several sending threads, for a server on more cores than one sender can load.
+///
+/// Each thread has its own single-threaded runtime and HTTP client (so its keep-alive
+/// connections outlive a run, from a warm-up to the measured run after it) and runs [`run`] on
+/// its share of every run: `rate / n` on a schedule of its own (seed `seed + k`, first body
+/// `first_body + k`), and `max_in_flight / n` and `max_requests / n` of the caps, rounded up.
+/// Sender `k` runs on CPU `cpus[k % cpus.len()]` when `cpus` is given. Every sender spins as
+/// [`run`] does, so each takes a core while requests are in flight.
+#[derive(Debug)]
+pub struct Senders {
+    jobs: Vec<std::sync::mpsc::Sender<Job>>,
+}
+
+impl Senders {
+    /// Starts `n` (≥ 1) sender threads.
+    pub fn start(n: usize, cpus: &[usize]) -> anyhow::Result<Senders> {
+        anyhow::ensure!(n >= 1, "at least one sender is needed");
+        let mut jobs = Vec::with_capacity(n);
+        for k in 0..n {
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            let cpu = (!cpus.is_empty()).then(|| cpus[k % cpus.len()]);
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+            std::thread::Builder::new()
+                .name(format!("sender-{k}"))
+                .spawn(move || {
+                    let setup = || -> anyhow::Result<tokio::runtime::Runtime> {
+                        if let Some(c) = cpu {
+                            crate::pin::pin_self(&[c])?;
+                        }
+                        Ok(tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?)
+                    };
+                    let rt = match setup() {
+                        Ok(rt) => {
+                            let _ = ready_tx.send(Ok(()));
+                            rt
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    rt.block_on(async move {
+                        let client = client();
+                        while let Ok(job) = rx.recv() {
+                            tokio::time::sleep_until(tokio::time::Instant::from_std(job.start))
+                                .await;
+                            let r = run(&client, &job.target, &job.spec, &job.cancel).await;
+                            let _ = job.done.send(r);
+                        }
+                    });
+                })
+                .map_err(|e| anyhow::anyhow!("starting sender {k}: {e}"))?;
+            ready_rx
+                .recv()
+                .map_err(|_| anyhow::anyhow!("sender {k} stopped while starting"))?
+                .map_err(|e| e.context(format!("starting sender {k}")))?;
+            jobs.push(tx);
+        }
+        Ok(Senders { jobs })
+    }
+
+    /// How many senders there are.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Always false: there is at least one sender.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Runs `spec` against `target` from every sender at once, each on its share, and merges
+    /// what they recorded as one run: every sample and kept body, the longest elapsed and
+    /// schedule spans, and the sums of their peaks in flight (an upper bound on the peak of
+    /// the whole) and of their abandoned requests. Each sender's scheduled times count from
+    /// its own start; the senders start together, to a wake-up's latency. Awaiting it does not
+    /// block the calling runtime. A sender that is gone is an error (the others still run
+    /// their shares, unawaited).
+    pub async fn run(
+        &self,
+        target: &Target,
+        spec: &RunSpec,
+        cancel: &Cancel,
+    ) -> anyhow::Result<RunResult> {
+        let n = self.jobs.len();
+        // Long enough for every sender to get its job first.
+        let start = Instant::now() + Duration::from_millis(5);
+        let mut waiting = Vec::with_capacity(n);
+        for (k, tx) in self.jobs.iter().enumerate() {
+            let (done, rx) = tokio::sync::oneshot::channel();
+            let share = RunSpec {
+                rate: spec.rate / n as f64,
+                max_requests: spec.max_requests.map(|m| m.div_ceil(n as u64)),
+                max_in_flight: spec.max_in_flight.div_ceil(n),
+                seed: spec.seed.wrapping_add(k as u64),
+                first_body: spec.first_body + k,
+                ..spec.clone()
+            };
+            let job = Job {
+                target: target.clone(),
+                spec: share,
+                cancel: cancel.clone(),
+                start,
+                done,
+            };
+            if tx.send(job).is_err() {
+                anyhow::bail!("sender {k} is gone");
+            }
+            waiting.push(rx);
+        }
+        let mut merged = RunResult::default();
+        for (k, rx) in waiting.into_iter().enumerate() {
+            let r = rx
+                .await
+                .map_err(|_| anyhow::anyhow!("sender {k} stopped during a run"))?;
+            merged.samples.extend(r.samples);
+            merged.bodies.extend(r.bodies);
+            merged.elapsed_s = merged.elapsed_s.max(r.elapsed_s);
+            merged.schedule_s = merged.schedule_s.max(r.schedule_s);
+            merged.peak_in_flight += r.peak_in_flight;
+            merged.cancelled |= r.cancelled;
+            merged.abandoned += r.abandoned;
+        }
+        Ok(merged)
+    }
 }

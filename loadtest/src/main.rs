@@ -59,11 +59,16 @@ fn real_main() -> anyhow::Result<()> {
                 }
             });
         }
+        let senders = match scenario.load.senders {
+            1 => None,
+            n => Some(engine::Senders::start(n, &scenario.load.cpus)?),
+        };
         let ctx = Ctx {
             scenario,
             out: out.clone(),
             cancel: cancel.clone(),
             client: engine::client(),
+            senders,
         };
         let result = runner::run(&ctx).await;
         eprintln!("report: {}/report.{{json,md}}", out.display());

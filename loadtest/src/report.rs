@@ -242,13 +242,18 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(m, "# {}\n", r.title);
     let _ = writeln!(
         m,
-        "{} queries from `{}`, k = {}; {:?} arrivals, {} s per run after {} s warm-up; latency \
+        "{} queries from `{}`, k = {}; {:?} arrivals{}, {} s per run after {} s warm-up; latency \
          from the scheduled send time (coordinated-omission corrected); {} CPUs; load average \
          {} at the start, {} at the end.{}\n",
         r.queries,
         r.data,
         r.k,
         r.load.arrivals,
+        if r.load.senders > 1 {
+            format!(" from {} sending threads", r.load.senders)
+        } else {
+            String::new()
+        },
         r.load.duration_s,
         r.load.warmup_s,
         r.cpus,

@@ -1,7 +1,7 @@
 //! The three scenarios. Each writes its report after every step, so an interrupted run (Ctrl-C)
 //! leaves a partial report marked `"partial": true`.
 
-use crate::engine::{self, Cancel, HttpClient, RunResult, RunSpec, Target};
+use crate::engine::{self, Cancel, HttpClient, RunResult, RunSpec, Senders, Target};
 use crate::queries::{self, Quality, Queries};
 use crate::report::{self, DvlRow, HotSwapReport, MaxRateReport, Report, Step};
 use crate::scenario::{Kind, MaxRate, Scenario, SwapMethod};
@@ -24,6 +24,9 @@ pub struct Ctx {
     pub cancel: Cancel,
     /// The HTTP client.
     pub client: HttpClient,
+    /// With `load.senders` above 1, the sending threads; else the load is sent from this
+    /// runtime with `client`.
+    pub senders: Option<Senders>,
 }
 
 /// The 1-minute load average, if readable.
@@ -37,6 +40,14 @@ pub fn loadavg() -> Option<f64> {
 }
 
 impl Ctx {
+    /// One run of `spec` against `target`: from this runtime's thread, or from every sender.
+    async fn load(&self, target: &Target, spec: &RunSpec) -> anyhow::Result<RunResult> {
+        match &self.senders {
+            Some(s) => s.run(target, spec, &self.cancel).await,
+            None => Ok(engine::run(&self.client, target, spec, &self.cancel).await),
+        }
+    }
+
     fn spec(&self, rate: f64, duration_s: f64, keep: bool, first_body: usize) -> RunSpec {
         let l = &self.scenario.load;
         RunSpec {
@@ -54,14 +65,19 @@ impl Ctx {
 
     /// A warm-up (unmeasured) then a measured run at `rate`, with the host's steal time over
     /// the measured run.
-    async fn measure(&self, target: &Target, rate: f64, keep: bool) -> (RunResult, Option<f64>) {
+    async fn measure(
+        &self,
+        target: &Target,
+        rate: f64,
+        keep: bool,
+    ) -> anyhow::Result<(RunResult, Option<f64>)> {
         let l = &self.scenario.load;
         if l.warmup_s > 0.0 {
             let n = target.bodies.len().max(1);
             let warm = ((rate * l.warmup_s) as usize).min(n);
             let mut w = self.spec(rate, l.warmup_s, false, n - warm);
             w.max_requests = None;
-            let _ = engine::run(&self.client, target, &w, &self.cancel).await;
+            let _ = self.load(target, &w).await?;
         }
         // Every measured run replays the queries from the first, so the rates of one model
         // answer the same queries (the warm-up takes them from the end).
@@ -71,13 +87,17 @@ impl Ctx {
 
     /// One run of `spec`, with the host's steal time over it (ms, every CPU together; see
     /// [`server::host_steal_s`]).
-    async fn run_with_steal(&self, target: &Target, spec: &RunSpec) -> (RunResult, Option<f64>) {
+    async fn run_with_steal(
+        &self,
+        target: &Target,
+        spec: &RunSpec,
+    ) -> anyhow::Result<(RunResult, Option<f64>)> {
         let before = server::host_steal_s();
-        let r = engine::run(&self.client, target, spec, &self.cancel).await;
+        let r = self.load(target, spec).await?;
         let steal_ms = server::host_steal_s()
             .zip(before)
             .map(|(after, before)| (after - before) * 1e3);
-        (r, steal_ms)
+        Ok((r, steal_ms))
     }
 
     /// The server of one `[[models]]` entry: started on its bundle, or found at its URL. A
@@ -221,11 +241,11 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
                     let warm = ((rate * l.warmup_s) as usize).min(n);
                     let mut w = ctx.spec(rate, l.warmup_s, false, n - warm);
                     w.max_requests = None;
-                    let _ = engine::run(&ctx.client, target, &w, &ctx.cancel).await;
+                    let _ = ctx.load(target, &w).await?;
                 }
                 let first = (rate * per_round * round as f64) as usize % n;
                 let spec = ctx.spec(rate, per_round, true, first);
-                merged[i].absorb(engine::run(&ctx.client, target, &spec, &ctx.cancel).await);
+                merged[i].absorb(ctx.load(target, &spec).await?);
             }
         }
         for (m, r) in models.iter().zip(merged) {
@@ -262,8 +282,8 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
 }
 
 /// One max-rate trial: passes with no errors, achieved ≥ 95% of offered, p99 ≤ target.
-async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
-    let (r, steal_ms) = ctx.measure(target, rate, false).await;
+async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> anyhow::Result<Step> {
+    let (r, steal_ms) = ctx.measure(target, rate, false).await?;
     let summary = stats::summarize_run(&r);
     let pass = !r.cancelled
         && summary.errors == 0
@@ -277,13 +297,13 @@ async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> Step {
         summary.lag.p99_ms,
         if pass { "pass" } else { "fail" }
     );
-    Step {
+    Ok(Step {
         rate,
         pass,
         summary,
         loadavg: loadavg(),
         steal_ms,
-    }
+    })
 }
 
 /// Runs `rate` until it passes or has failed `1 + retries` times, recording every run; whether
@@ -294,31 +314,35 @@ async fn attempt(
     rate: f64,
     mr: &MaxRate,
     steps: &mut Vec<Step>,
-) -> bool {
+) -> anyhow::Result<bool> {
     for _ in 0..=mr.retries {
-        let st = trial(ctx, target, rate, mr).await;
+        let st = trial(ctx, target, rate, mr).await?;
         let pass = st.pass;
         steps.push(st);
         if pass {
-            return true;
+            return Ok(true);
         }
         if ctx.cancel.is_cancelled() {
             break;
         }
     }
-    false
+    Ok(false)
 }
 
 /// Doubles from `start_rate` until a rate fails, then bisects `refine` times. The last doubling
 /// is cut to the ceiling, so the ceiling itself is tried; the flag says it passed, in which case
 /// the true max rate may be higher.
-async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64, bool) {
+async fn find_max(
+    ctx: &Ctx,
+    target: &Target,
+    mr: &MaxRate,
+) -> anyhow::Result<(Vec<Step>, f64, bool)> {
     let mut steps = Vec::new();
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
     let mut at_ceiling = false;
     let mut rate = mr.start_rate;
     while rate <= mr.ceiling && !ctx.cancel.is_cancelled() {
-        if attempt(ctx, target, rate, mr, &mut steps).await {
+        if attempt(ctx, target, rate, mr, &mut steps).await? {
             lo = rate;
             if rate >= mr.ceiling {
                 at_ceiling = true;
@@ -336,14 +360,14 @@ async fn find_max(ctx: &Ctx, target: &Target, mr: &MaxRate) -> (Vec<Step>, f64, 
                 break;
             }
             let mid = if lo > 0.0 { (lo + hi) / 2.0 } else { hi / 2.0 };
-            if attempt(ctx, target, mid, mr, &mut steps).await {
+            if attempt(ctx, target, mid, mr, &mut steps).await? {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
     }
-    (steps, lo, at_ceiling)
+    Ok((steps, lo, at_ceiling))
 }
 
 async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()> {
@@ -372,7 +396,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
             // each search and another for the run at half the max rate.
             let mut srv = ctx.model_server(m, &format!("-{ep}")).await?;
             let target = target_of(&srv.url)?;
-            let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await?;
             let mut entry = MaxRateReport {
                 label: m.label.clone(),
                 endpoint: ep.clone(),
@@ -389,14 +413,13 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                 let la = loadavg();
                 let mut spec = ctx.spec(max / 2.0, mr.half_s, false, 0);
                 spec.max_requests = None;
-                let _ = engine::run(
-                    &ctx.client,
-                    &target,
-                    &ctx.spec(max / 2.0, ctx.scenario.load.warmup_s.max(0.5), false, 0),
-                    &ctx.cancel,
-                )
-                .await;
-                let (r, steal_ms) = ctx.run_with_steal(&target, &spec).await;
+                let _ = ctx
+                    .load(
+                        &target,
+                        &ctx.spec(max / 2.0, ctx.scenario.load.warmup_s.max(0.5), false, 0),
+                    )
+                    .await?;
+                let (r, steal_ms) = ctx.run_with_steal(&target, &spec).await?;
                 let summary = stats::summarize_run(&r);
                 eprintln!(
                     "  half max ({:.0} req/s, {} s): p50 {:.3} ms, p99 {:.3} ms, errors {}",
@@ -500,7 +523,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 .server_for(Some(&link), None, "hot-swap-max-rate", &env)
                 .await?;
             let target = predict_target(&probe.url, q)?;
-            let (steps, max, at_ceiling) = find_max(ctx, &target, mr).await;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, mr).await?;
             rep.max_rate.push(MaxRateReport {
                 label: "hot-swap bundle A".into(),
                 endpoint: "predict".into(),
@@ -527,13 +550,12 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let total = h.before_s + swap_span + h.after_s + 2.0;
     let reloads_before = reload_metrics(&ctx.client, &srv.url).await;
     // Warm-up, then one continuous run; swaps start `before_s` into it.
-    let _ = engine::run(
-        &ctx.client,
-        &target,
-        &ctx.spec(rate, ctx.scenario.load.warmup_s.max(0.5), false, 0),
-        &ctx.cancel,
-    )
-    .await;
+    let _ = ctx
+        .load(
+            &target,
+            &ctx.spec(rate, ctx.scenario.load.warmup_s.max(0.5), false, 0),
+        )
+        .await?;
     let mut spec = ctx.spec(rate, total, true, 0);
     spec.max_requests = None;
     let t0 = Instant::now();
@@ -624,7 +646,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         })
     };
     let load_before = loadavg();
-    let r = engine::run(&ctx.client, &target, &spec, &ctx.cancel).await;
+    let r = ctx.load(&target, &spec).await?;
     let log = swapper.await.unwrap_or_default();
     let (sampled_peak, cpu, mut machine) = sampler.await.unwrap_or_default();
     if let Some(m) = machine_at_start {

@@ -85,8 +85,13 @@ pub struct LoadSpec {
     pub max_in_flight: usize,
     /// Seed of the Poisson arrivals.
     pub seed: u64,
-    /// The CPUs the generator runs on (empty: any); see [`crate::pin`].
+    /// The CPUs the generator runs on (empty: any); see [`crate::pin`]. With several
+    /// `senders`, sender k runs on the k-th of them (cycling).
     pub cpus: Vec<usize>,
+    /// Threads that send, each with its share of every run (see [`crate::engine::Senders`]).
+    /// One sender thread loads a server on one or two cores; a server on more cores can answer
+    /// more than one thread sends. Each spins while requests are in flight, so each takes a core.
+    pub senders: usize,
 }
 
 impl Default for LoadSpec {
@@ -100,6 +105,7 @@ impl Default for LoadSpec {
             max_in_flight: 2048,
             seed: 1,
             cpus: Vec::new(),
+            senders: 1,
         }
     }
 }
@@ -305,6 +311,9 @@ impl Scenario {
         }
         if l.max_in_flight == 0 {
             bail!("`load.max_in_flight` must be at least 1");
+        }
+        if l.senders == 0 {
+            bail!("`load.senders` must be at least 1");
         }
         positive("server.startup_timeout_s", self.server.startup_timeout_s)?;
         crate::pin::check("load.cpus", &l.cpus)?;
@@ -534,6 +543,11 @@ swaps = 3
         assert!(e.contains("server.cpus") && e.contains("4096"), "{e}");
         let e = err(&GOOD.replace("[data]", "[load]\ncpus = [0, 0]\n[data]"));
         assert!(e.contains("load.cpus") && e.contains("twice"), "{e}");
+        let e = err(&GOOD.replace("[data]", "[load]\nsenders = 0\n[data]"));
+        assert!(e.contains("load.senders"), "{e}");
+        let s = Scenario::parse(&GOOD.replace("[data]", "[load]\nsenders = 3\n[data]"))
+            .expect("three senders");
+        assert_eq!(s.load.senders, 3);
     }
 
     #[test]

@@ -162,6 +162,68 @@ fn concurrency_grows_to_hold_the_rate() {
     assert!(s.offered_rps > 200.0 && s.offered_rps < 400.0, "{s:?}");
 }
 
+#[test]
+fn senders_share_the_load_and_leave_the_caller_free() {
+    let base = mock_server(0);
+    let rt = runtime();
+    let senders = engine::Senders::start(2, &[]).expect("senders");
+    assert_eq!(senders.len(), 2);
+    let target = Target {
+        uri: format!("{base}/x").parse().expect("uri"),
+        bodies: Arc::new(vec![Bytes::from_static(b"{}")]),
+    };
+    let spec = RunSpec {
+        rate: 512.0,
+        arrivals: Arrivals::Constant,
+        duration: Duration::from_secs(2),
+        max_requests: None,
+        timeout: Duration::from_secs(2),
+        max_in_flight: 1000,
+        keep_bodies: true,
+        seed: 1,
+        first_body: 0,
+    };
+    let (r, ticks) = rt.block_on(async {
+        // A task on the calling runtime (as the hot-swap scenario's swapper is) keeps running.
+        let ticker = tokio::spawn(async {
+            let mut n = 0u32;
+            let end = Instant::now() + Duration::from_millis(1500);
+            while Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                n += 1;
+            }
+            n
+        });
+        let r = senders
+            .run(&target, &spec, &Cancel::new())
+            .await
+            .expect("run");
+        (r, ticker.await.expect("ticker"))
+    });
+    let s = stats::summarize_run(&r);
+    // Each sender sends 256 req/s, exactly 1/256 s apart (a gap a float holds exactly), for
+    // 2 s: 512 each.
+    assert_eq!(s.scheduled, 1024, "{s:?}");
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert_eq!(r.bodies.len(), 1024);
+    assert!(s.offered_rps > 460.0 && s.offered_rps < 560.0, "{s:?}");
+    assert!(r.elapsed_s >= 1.9 && r.elapsed_s < 3.0, "{}", r.elapsed_s);
+    assert!(
+        ticks >= 50,
+        "the caller's task ticked {ticks} times in 1.5 s"
+    );
+    // A request cap is split between the senders, rounded up.
+    let capped = RunSpec {
+        max_requests: Some(301),
+        keep_bodies: false,
+        ..spec
+    };
+    let r = rt
+        .block_on(senders.run(&target, &capped, &Cancel::new()))
+        .expect("run");
+    assert_eq!(stats::summarize_run(&r).scheduled, 302);
+}
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
