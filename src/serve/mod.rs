@@ -238,15 +238,15 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         tokio::spawn(reload::poll(state.clone()));
     }
     tokio::spawn(metrics_upkeep(state.metrics.clone()));
+    // Every server here serves `into_make_service()`, not the router itself: axum rebuilds a
+    // bare router's route table (`with_state`) for every connection it accepts, and this builds
+    // it once. On new connections that cut the server's CPU by 10-14 µs a request, and a storm
+    // of 2000 connections added 18 KB of RSS each instead of 31 (ARCHITECTURE.md).
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let metrics = metrics_app(state.clone());
         tokio::spawn(async move { axum::serve(listener, metrics.into_make_service()).await });
     }
-    // Every server below serves `into_make_service()`, not the router itself: axum rebuilds a
-    // bare router's route table (`with_state`) for every connection it accepts, and this builds
-    // it once. On new connections that cut the server's CPU by 10-14 µs a request, and a storm
-    // of 2000 connections added 18 KB of RSS each instead of 31 (ARCHITECTURE.md).
     // Every server reports its end on `done`; `stop` asks them all to drain.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Result<()>>();
