@@ -4,22 +4,22 @@
 //! serving model: one tree, branching 8) on `train.txt.gz` of `XMC_BENCH_DATA` (default
 //! `../shared/datasets/debian-deps`). Then, for each thread count of `XMC_BENCH_THREADS`
 //! (comma-separated; default 1, 2, 4, … up to the cores this process may use, and that count),
-//! it predicts every point of the test split (k = 5, the model's beam, the early-stopping search)
-//! on a rayon pool of that many threads, `XMC_BENCH_PASSES` times (default 5) after one pass
-//! unmeasured, each thread with its own `Scratch` as `xmc predict` and the server's batch route
-//! have. It prints, per thread count, the median pass's queries a second, the speedup over the
-//! first count and its efficiency (speedup over the thread ratio), and whether the labels and
-//! scores equal the first count's bit for bit.
+//! it predicts every point of the test split (k = 5, the model's beam, the early-stopping
+//! search) on a rayon pool of that many threads, `XMC_BENCH_PASSES` times (default 5) after one
+//! pass unmeasured, through `predict_all`, which `xmc predict` runs (each thread with its own
+//! `Scratch`). It prints, per thread count, the median pass's queries a second, the speedup
+//! over the first count and its efficiency (speedup over the thread ratio), and whether the
+//! labels and scores equal the first count's bit for bit.
 //!
 //! Run with `cargo bench --bench scaling`. It prints figures and asserts nothing about time.
 
-use rayon::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
 use xmc::bundle::{Bundle, OpenOptions};
 use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
-use xmc::model::{Model, PredictOptions, Prediction, Scratch};
+use xmc::model::evaluate::predict_all;
+use xmc::model::{Model, PredictOptions, Prediction};
 use xmc::train::{self, Quiet, TrainInputs};
 
 /// A digest of every point's labels and score bits, in order.
@@ -105,19 +105,8 @@ fn main() -> anyhow::Result<()> {
     for &t in &counts {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build()?;
         let pass = || -> anyhow::Result<Vec<Prediction>> {
-            pool.install(|| {
-                (0..n)
-                    .into_par_iter()
-                    .map_init(Scratch::default, |scratch, i| {
-                        let (idx, val) = test.feature_row(i);
-                        let mut out = Prediction::default();
-                        model
-                            .predict_into(idx, val, &opts, scratch, &mut out)
-                            .map_err(|e| anyhow::anyhow!("test point {}: {e}", i + 1))?;
-                        Ok(out)
-                    })
-                    .collect()
-            })
+            pool.install(|| predict_all(&model, &test, &opts))
+                .map_err(|(i, e)| anyhow::anyhow!("test point {}: {e}", i + 1))
         };
         let preds = pass()?;
         let sum = digest(&preds);

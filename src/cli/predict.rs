@@ -2,10 +2,10 @@
 
 use super::VERIFY;
 use super::train::load_data;
-use crate::model::{Model, PredictOptions, Prediction, Scratch};
+use crate::model::evaluate::predict_all;
+use crate::model::{Model, PredictOptions};
 use anyhow::Context;
 use clap::Args;
-use rayon::prelude::*;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -43,17 +43,9 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         early_stop: args.early_stop,
         ..PredictOptions::default()
     };
-    let preds: Vec<Prediction> = (0..ds.n_points())
-        .into_par_iter()
-        .map_init(Scratch::default, |scratch, i| {
-            let (idx, val) = ds.feature_row(i);
-            let mut out = Prediction::default();
-            model
-                .predict_into(idx, val, &options, scratch, &mut out)
-                .with_context(|| format!("{} point {}", args.data.display(), i + 1))?;
-            Ok(out)
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let preds = predict_all(&model, &ds, &options).map_err(|(i, e)| {
+        anyhow::anyhow!(e).context(format!("{} point {}", args.data.display(), i + 1))
+    })?;
     let file = std::fs::File::create(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let mut w = std::io::BufWriter::new(file);

@@ -1,9 +1,32 @@
-//! Scoring a model on labelled data: one query at a time on this thread, timed.
+//! Predicting and scoring a whole data set: every point in parallel ([`predict_all`]), or one
+//! query at a time on this thread, timed and scored ([`evaluate_model`]).
 
 use super::{Model, PredictOptions, Prediction, QueryError, Scratch};
 use crate::data::Dataset;
 use crate::eval::{self, EvalReport, Evaluator, PropensityParams, QueryStats};
+use rayon::prelude::*;
 use std::time::Instant;
+
+/// Predicts every point of `ds` on the current rayon pool, each thread with its own
+/// [`Scratch`], and returns the predictions in point order; on a bad point, its index and
+/// error.
+pub fn predict_all(
+    model: &Model,
+    ds: &Dataset,
+    options: &PredictOptions,
+) -> Result<Vec<Prediction>, (usize, QueryError)> {
+    (0..ds.n_points())
+        .into_par_iter()
+        .map_init(Scratch::default, |scratch, i| {
+            let (idx, val) = ds.feature_row(i);
+            let mut out = Prediction::default();
+            model
+                .predict_into(idx, val, options, scratch, &mut out)
+                .map_err(|e| (i, e))?;
+            Ok(out)
+        })
+        .collect()
+}
 
 /// Predicts every point of `ds` one at a time on the calling thread, feeds the metrics
 /// (propensities from the model's training label counts), and adds the per-query latency
