@@ -148,6 +148,19 @@ impl RunResult {
         self.cancelled |= other.cancelled;
         self.abandoned += other.abandoned;
     }
+
+    /// Adds `other`'s samples and responses to this one, as if the two runs had been one run
+    /// sent at the same time (by two senders): the longer of their spans, and the sums of their
+    /// peaks in flight (an upper bound on the peak of the whole) and of their abandoned requests.
+    pub fn absorb_concurrent(&mut self, other: RunResult) {
+        self.samples.extend(other.samples);
+        self.bodies.extend(other.bodies);
+        self.elapsed_s = self.elapsed_s.max(other.elapsed_s);
+        self.schedule_s = self.schedule_s.max(other.schedule_s);
+        self.peak_in_flight += other.peak_in_flight;
+        self.cancelled |= other.cancelled;
+        self.abandoned += other.abandoned;
+    }
 }
 
 /// A shared flag that stops runs early (set by Ctrl-C).
@@ -490,12 +503,10 @@ impl Senders {
     }
 
     /// Runs `spec` against `target` from every sender at once, each on its share, and merges
-    /// what they recorded as one run: every sample and kept body, the longest elapsed and
-    /// schedule spans, and the sums of their peaks in flight (an upper bound on the peak of
-    /// the whole) and of their abandoned requests. Each sender's scheduled times count from
-    /// its own start; the senders start together, to a wake-up's latency. Awaiting it does not
-    /// block the calling runtime. A sender that is gone is an error (the others still run
-    /// their shares, unawaited).
+    /// what they recorded as one run ([`RunResult::absorb_concurrent`]). Each sender's
+    /// scheduled times count from its own start; the senders start together, to a wake-up's
+    /// latency. Awaiting it does not block the calling runtime. A sender that is gone is an
+    /// error (the others still run their shares, unawaited).
     pub async fn run(
         &self,
         target: &Target,
@@ -533,13 +544,7 @@ impl Senders {
             let r = rx
                 .await
                 .map_err(|_| anyhow::anyhow!("sender {k} stopped during a run"))?;
-            merged.samples.extend(r.samples);
-            merged.bodies.extend(r.bodies);
-            merged.elapsed_s = merged.elapsed_s.max(r.elapsed_s);
-            merged.schedule_s = merged.schedule_s.max(r.schedule_s);
-            merged.peak_in_flight += r.peak_in_flight;
-            merged.cancelled |= r.cancelled;
-            merged.abandoned += r.abandoned;
+            merged.absorb_concurrent(r);
         }
         Ok(merged)
     }
