@@ -66,7 +66,7 @@ pub enum DefragViewError {
 }
 
 /// A query in one member's agglomerated space, and the accumulator that builds it (reusable).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Agglomerated {
     /// Per cluster, a running sum; all zero between calls.
     acc: Vec<f32>,
@@ -74,6 +74,13 @@ pub struct Agglomerated {
     pub idx: Vec<u32>,
     /// Their values.
     pub val: Vec<f32>,
+}
+
+impl Agglomerated {
+    /// Slots in the per-cluster accumulator: the most clusters of a member it has served.
+    pub fn acc_len(&self) -> usize {
+        self.acc.len()
+    }
 }
 
 /// One member's DEFRAG arrays: memory-mapped sections at serving time, vectors in tests.

@@ -143,7 +143,7 @@ pub struct Prediction {
 }
 
 /// Reusable per-thread buffers for [`Model::predict_into`].
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Scratch {
     dense: Vec<f32>,
     q_idx: Vec<u32>,
@@ -155,6 +155,44 @@ pub struct Scratch {
     agg: Agglomerated,
     /// Per candidate, the summed REFRAG affinity over the members.
     affinity: Vec<f32>,
+}
+
+impl Scratch {
+    /// The lengths of the buffers that grow with a model's shape.
+    pub fn sizes(&self) -> ScratchSizes {
+        ScratchSizes {
+            dense: self.dense.len(),
+            acc: self.search.acc_len(),
+            bp_acc: self.bp.acc_len(),
+            clusters: self.agg.acc_len(),
+        }
+    }
+}
+
+/// The lengths of the [`Scratch`] buffers that a model's shape sets, and that a prediction
+/// grows (zero-filled, so every new page is faulted in on the request path) when they are
+/// short. The rest of the scratch space grows with the query and `k`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScratchSizes {
+    /// The dense query vector: the model's feature count.
+    pub dense: usize,
+    /// The tree search's output accumulator: [`crate::tree::chunk::OUT_SLOTS`] or the widest
+    /// node's outputs.
+    pub acc: usize,
+    /// The BP block searches' accumulator.
+    pub bp_acc: usize,
+    /// DEFRAG's per-cluster accumulator.
+    pub clusters: usize,
+}
+
+impl ScratchSizes {
+    /// Whether buffers of these sizes serve `need` without growing.
+    pub fn covers(&self, need: &ScratchSizes) -> bool {
+        self.dense >= need.dense
+            && self.acc >= need.acc
+            && self.bp_acc >= need.bp_acc
+            && self.clusters >= need.clusters
+    }
 }
 
 /// A loaded, validated model.

@@ -62,10 +62,17 @@ pub struct BpArrays<U, F, O = U> {
 }
 
 /// Per-query buffers of the BP search (no allocation once warm).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BpScratch {
     search: SearchScratch,
     routed: Vec<(u32, f32)>,
+}
+
+impl BpScratch {
+    /// Slots in the block searches' output accumulator ([`SearchScratch::acc_len`]).
+    pub fn acc_len(&self) -> usize {
+        self.search.acc_len()
+    }
 }
 
 /// What one BP search did.

@@ -15,8 +15,9 @@ mod routes;
 
 pub use config::{LoadChecks, LogFormat, ServeConfig, ServeConfigError, SinglePredict};
 pub use error::ApiError;
-pub use reload::{FileSig, Loaded, ReloadOutcome};
+pub use reload::{FileSig, Loaded, ReloadOutcome, ScratchPool};
 
+use crate::model::ScratchSizes;
 use arc_swap::ArcSwapOption;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
@@ -58,6 +59,10 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Serialises loads.
     pub(crate) reload_lock: tokio::sync::Mutex<Option<FileSig>>,
+    /// The scratch space that every thread that predicts is known to have (the sizes of the
+    /// model [`warm_threads`] sized them for): a load needs no spares within it
+    /// ([`reload::ScratchPool`]).
+    scratch_floor: Mutex<ScratchSizes>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -84,7 +89,28 @@ impl AppState {
             pool,
             metrics: metrics_handle(),
             reload_lock: tokio::sync::Mutex::new(None),
+            scratch_floor: Mutex::new(ScratchSizes::default()),
         }))
+    }
+
+    /// How many threads predict, each with scratch space of its own: the async workers (or
+    /// `per_core`'s threads), one per core by default, and the prediction pool.
+    pub(crate) fn predict_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores + self.pool.current_num_threads()
+    }
+
+    pub(crate) fn scratch_floor(&self) -> ScratchSizes {
+        self.scratch_floor
+            .lock()
+            .map_or_else(|_| ScratchSizes::default(), |f| *f)
+    }
+
+    /// Records that every thread that predicts now has scratch space for `loaded`.
+    fn raise_scratch_floor(&self, loaded: &Loaded) {
+        if let Ok(mut f) = self.scratch_floor.lock() {
+            *f = loaded.scratch.sizes;
+        }
     }
 }
 
@@ -310,9 +336,7 @@ async fn warm_threads(state: &Arc<AppState>) -> usize {
     };
     {
         let loaded = loaded.clone();
-        state
-            .pool
-            .broadcast(move |_| routes::warm_scratch(&loaded.model));
+        state.pool.broadcast(move |_| routes::warm_scratch(&loaded));
     }
     let n = tokio::runtime::Handle::current().metrics().num_workers();
     let warmed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -321,7 +345,7 @@ async fn warm_threads(state: &Arc<AppState>) -> usize {
             let (loaded, warmed) = (loaded.clone(), warmed.clone());
             tokio::spawn(async move {
                 use std::sync::atomic::Ordering;
-                routes::warm_scratch(&loaded.model);
+                routes::warm_scratch(&loaded);
                 warmed.fetch_add(1, Ordering::AcqRel);
                 let deadline = Instant::now() + WARM_GATE;
                 while warmed.load(Ordering::Acquire) < n && Instant::now() < deadline {
@@ -338,6 +362,9 @@ async fn warm_threads(state: &Arc<AppState>) -> usize {
                 threads.push(id);
             }
         }
+    }
+    if threads.len() == n {
+        state.raise_scratch_floor(&loaded);
     }
     threads.len()
 }
@@ -383,7 +410,7 @@ fn serve_per_core(
                     .and_then(|rt| {
                         rt.block_on(async move {
                             if let Some(loaded) = state.current.load_full() {
-                                routes::warm_scratch(&loaded.model);
+                                routes::warm_scratch(&loaded);
                             }
                             let listener = tokio::net::TcpListener::from_std(listener)?;
                             axum::serve(listener, app(state).into_make_service())
@@ -513,6 +540,69 @@ mod tests {
             .unwrap();
         // One warm-up on each of the two workers, not two on one.
         assert_eq!(warm_threads(&state).await, 2);
+    }
+
+    /// A swap to a model that needs more scratch space than the threads were sized for leaves
+    /// a spare for each thread that predicts, and a thread's first request to it takes one; a
+    /// swap within what every thread has makes none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_swap_to_a_larger_model_hands_each_thread_a_spare_scratch_space() {
+        use tower::ServiceExt;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.xmcb");
+        // Corel5k has 499 features; the default model (Bibtex) 1836.
+        let mut ds =
+            crate::data::read_xc_file(&root.join("tests/data/Corel5k/train.txt.gz")).unwrap();
+        crate::data::l2_normalize_rows(&mut ds.features);
+        let train = crate::config::TrainConfig::load(None, &["max_leaf=60".to_string()]).unwrap();
+        crate::train::train(&ds, &train, Default::default(), &crate::train::Quiet)
+            .unwrap()
+            .write(&path)
+            .unwrap();
+        let mut cfg = ServeConfig::defaults();
+        cfg.model = path.clone();
+        cfg.poll_interval_ms = 0;
+        cfg.pool_threads = 2;
+        let state = AppState::new(cfg).unwrap();
+        let current = || state.current.load_full().unwrap();
+        let n = state.predict_threads();
+        assert!(n >= 4, "{n}");
+
+        // The first load: no thread has scratch space yet, so each gets a spare, and the
+        // warm-up hands them out (two workers, two pool threads).
+        reload_now(&state).await.unwrap();
+        let small = current();
+        assert_eq!(small.scratch.spares(), n);
+        assert_eq!(small.scratch.sizes.dense, 499);
+        assert_eq!(warm_threads(&state).await, 2);
+        assert_eq!(small.scratch.spares(), n - 4);
+        assert_eq!(state.scratch_floor(), small.scratch.sizes);
+        // The same shape again: every thread has room, so the load makes no spares.
+        reload_now(&state).await.unwrap();
+        assert_eq!(current().scratch.spares(), 0);
+
+        let tmp = dir.path().join("model.xmcb.tmp");
+        std::fs::copy(root.join("models/default.xmcb"), &tmp).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        reload_now(&state).await.unwrap();
+        let large = current();
+        assert_eq!(large.scratch.sizes.dense, 1836);
+        assert!(!small.scratch.sizes.covers(&large.scratch.sizes));
+        assert_eq!(large.scratch.spares(), n);
+        // This test's own thread serves the requests below (`oneshot` runs the handler here).
+        for left in [n - 1, n - 1] {
+            let req = axum::http::Request::post("/v1/predict")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(
+                    r#"{"features":[[3,1.0],[1800,0.5]],"k":5}"#,
+                ))
+                .unwrap();
+            let resp = app(state.clone()).oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), axum::http::StatusCode::OK);
+            // The first request took a spare; the second found its scratch space big enough.
+            assert_eq!(large.scratch.spares(), left);
+        }
     }
 
     #[tokio::test]

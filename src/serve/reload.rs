@@ -3,9 +3,9 @@
 use super::AppState;
 use super::LoadChecks;
 use crate::bundle::{Bundle, OpenOptions};
-use crate::model::{Model, PredictOptions, Prediction, Scratch};
+use crate::model::{Model, PredictOptions, Prediction, Scratch, ScratchSizes};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What identifies one version of the file at the model path: a renamed-into-place file or a
@@ -52,6 +52,67 @@ pub struct Loaded {
     pub sig: FileSig,
     /// When it was published (Unix seconds).
     pub loaded_unix: u64,
+    /// Scratch space the load made ready for it.
+    pub scratch: ScratchPool,
+}
+
+/// Scratch space sized for one model by its load thread, for the request threads whose own is
+/// too small for it.
+///
+/// Each thread that predicts keeps scratch space of its own, and a prediction grows the parts
+/// that a model's shape sets ([`ScratchSizes`]): the dense query vector alone is `n_features`
+/// floats. Grown on the request path, those are new pages, faulted in one by one: after a swap
+/// to a model with 25 times the features, the first request on each worker took 100–144 µs of
+/// server time instead of about 20 (ARCHITECTURE.md, "The server"). So when a model needs more
+/// than the threads are known to have, the load thread fills (and so faults in) a spare for
+/// every thread, and a thread that finds its own too small swaps it for one.
+#[derive(Debug, Default)]
+pub struct ScratchPool {
+    /// What the load's warm-up grew its scratch space to: the model's need.
+    pub sizes: ScratchSizes,
+    spares: Mutex<Vec<Scratch>>,
+    /// The request threads' old scratch space, swapped out for spares. It is freed with the
+    /// model, on the release thread, not on the request path.
+    retired: Mutex<Vec<Scratch>>,
+}
+
+impl ScratchPool {
+    fn new(sizes: ScratchSizes, spares: Vec<Scratch>) -> ScratchPool {
+        ScratchPool {
+            sizes,
+            retired: Mutex::new(Vec::with_capacity(spares.len())),
+            spares: Mutex::new(spares),
+        }
+    }
+
+    /// Swaps `scratch` for a spare when it is too small for the model and a spare is left;
+    /// otherwise leaves it to grow as the prediction needs.
+    pub fn fit(&self, scratch: &mut Scratch) {
+        if scratch.sizes().covers(&self.sizes) {
+            return;
+        }
+        let Some(mut spare) = self.spares.lock().ok().and_then(|mut s| s.pop()) else {
+            return;
+        };
+        std::mem::swap(scratch, &mut spare);
+        if let Ok(mut retired) = self.retired.lock() {
+            retired.push(spare);
+        }
+    }
+
+    /// How many spares are left.
+    pub fn spares(&self) -> usize {
+        self.spares.lock().map_or(0, |s| s.len())
+    }
+}
+
+/// How many spares a load makes ready.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpareRequest {
+    /// What every thread that predicts is known to have: a model within it needs none.
+    pub floor: ScratchSizes,
+    /// How many threads predict.
+    pub threads: usize,
 }
 
 /// What a load attempt did.
@@ -74,13 +135,18 @@ fn unix_now() -> u64 {
 struct LoadTimes {
     /// Opening, pre-faulting, and verifying every checksum and index.
     open_ms: f64,
-    /// The warm-up predictions.
+    /// The warm-up predictions, and filling any spare scratch space.
     warm_ms: f64,
 }
 
 /// Opens, validates (every checksum, and the structure or everything, as `checks` says),
-/// pre-faults and warms the bundle at `path`.
-fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), String> {
+/// pre-faults and warms the bundle at `path`, and makes scratch space ready for it if it needs
+/// more than `spares.floor`.
+fn open_and_warm(
+    path: &Path,
+    checks: LoadChecks,
+    spares: SpareRequest,
+) -> Result<(Model, LoadTimes, ScratchPool), String> {
     let start = Instant::now();
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let options = OpenOptions {
@@ -117,11 +183,22 @@ fn open_and_warm(path: &Path, checks: LoadChecks) -> Result<(Model, LoadTimes), 
             &mut out,
         );
     }
+    let sizes = scratch.sizes();
+    let mut ready = Vec::new();
+    if !spares.floor.covers(&sizes) && spares.threads > 0 {
+        ready.reserve_exact(spares.threads);
+        for _ in 1..spares.threads {
+            model.bundle().step_done();
+            // A copy writes every page of its buffers, so they are faulted in here.
+            ready.push(scratch.clone());
+        }
+        ready.push(scratch);
+    }
     let times = LoadTimes {
         open_ms: (opened - start).as_secs_f64() * 1e3,
         warm_ms: opened.elapsed().as_secs_f64() * 1e3,
     };
-    Ok((model, times))
+    Ok((model, times, ScratchPool::new(sizes, ready)))
 }
 
 /// The `q`th synthetic warm-up query for `model`: eight feature ids spread over its features
@@ -291,13 +368,18 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
         idle: state.cfg.load_idle,
     };
     let checks = state.cfg.load_checks;
-    let opened = in_background(priority, move || open_and_warm(&p, checks))
+    let spares = SpareRequest {
+        floor: state.scratch_floor(),
+        threads: state.predict_threads(),
+    };
+    let opened = in_background(priority, move || open_and_warm(&p, checks, spares))
         .await
         .and_then(|r| r);
     // The file may have changed while it was read; then the next poll loads it again.
     match opened {
-        Ok((model, times)) => {
+        Ok((model, times, scratch)) => {
             let version = model.meta().version.clone();
+            let spare_scratch = scratch.spares();
             let name = model.meta().name.clone();
             if let Some(old) = serving.as_ref() {
                 metrics::gauge!(
@@ -311,6 +393,7 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
                 model,
                 sig,
                 loaded_unix: unix_now(),
+                scratch,
             })));
             drop(serving);
             if let Some(old) = old {
@@ -330,6 +413,7 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
                 path = %path.display(),
                 open_ms = format_args!("{:.1}", times.open_ms),
                 warm_ms = format_args!("{:.1}", times.warm_ms),
+                spare_scratch,
                 "model published"
             );
             Ok(ReloadOutcome::Loaded(version))

@@ -225,14 +225,17 @@ thread_local! {
     static SCRATCH: RefCell<(Scratch, Prediction)> = RefCell::new(Default::default());
 }
 
-/// Sizes this thread's scratch space for `model` with one throwaway prediction, recording no
-/// metrics. A thread's first prediction otherwise grows it on the request path: the dense
-/// query vector alone is `n_features` floats of new memory.
-pub(crate) fn warm_scratch(model: &crate::model::Model) {
+/// Sizes this thread's scratch space for `loaded` (with one of its spares, if it has any) and
+/// runs one throwaway prediction, recording no metrics. A thread's first prediction otherwise
+/// grows it on the request path: the dense query vector alone is `n_features` floats of new
+/// memory.
+pub(crate) fn warm_scratch(loaded: &Loaded) {
+    let model = &loaded.model;
     let (idx, val) = reload::warm_query(model, 0);
     SCRATCH.with(|cell| {
         if let Ok(mut s) = cell.try_borrow_mut() {
             let (scratch, out) = &mut *s;
+            loaded.scratch.fit(scratch);
             // `warm_query` reduces the ids modulo the feature count, so this cannot fail; a failure
             // would only skip warming.
             let _ = model.predict_into(&idx, &val, &PredictOptions::default(), scratch, out);
@@ -348,6 +351,7 @@ fn predict_one(
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
             let (scratch, out) = &mut *s;
+            loaded.scratch.fit(scratch);
             run(scratch, out)
         }
         Err(_) => run(&mut Scratch::default(), &mut Prediction::default()),

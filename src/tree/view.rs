@@ -92,7 +92,7 @@ pub struct TreeArrays<U, F, O = U> {
 }
 
 /// Reusable per-thread buffers, so a search allocates nothing once warm.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct SearchScratch {
     acc: Vec<f32>,
     level: Vec<(u32, f32)>,
@@ -109,6 +109,14 @@ pub struct SearchScratch {
 struct Frontier {
     logp: f32,
     node: u32,
+}
+
+impl SearchScratch {
+    /// Slots in the output accumulator: at least [`OUT_SLOTS`] once a search has scored a node,
+    /// more after a node with more outputs.
+    pub fn acc_len(&self) -> usize {
+        self.acc.len()
+    }
 }
 
 impl PartialEq for Frontier {
