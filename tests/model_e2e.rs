@@ -85,6 +85,17 @@ fn same_config_and_seed_give_identical_bundles_but_for_the_timestamp() {
     assert_ne!(a.meta.version, c.meta.version);
 }
 
+/// The members of an ensemble share one computation of the label embeddings; each tree is the
+/// one a single-tree model of its seed gets from its own (member t of seed s has seed s + t).
+#[test]
+fn an_ensemble_member_is_the_single_tree_of_its_seed() {
+    let train = load("Corel5k", "train");
+    let ensemble = train_with(&train, &["trees=2", "max_leaf=40", "seed=0"]);
+    let single = train_with(&train, &["trees=1", "max_leaf=40", "seed=1"]);
+    assert_eq!(ensemble.trees[1], single.trees[0]);
+    assert_ne!(ensemble.trees[0], single.trees[0]);
+}
+
 #[test]
 fn ensemble_and_flat_models_predict() {
     let train = load("Corel5k", "train");

@@ -135,21 +135,25 @@ fn wider_branching_stays_balanced() {
 #[test]
 fn same_seed_same_tree_whatever_the_thread_count() {
     let emb = random_embeddings(3000, 500, 10, 4);
-    let p = params(2, 20, 11);
-    let build_with = |threads: usize| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("thread pool")
-            .install(|| build_tree(&emb, &p))
-            .expect("valid params")
-    };
-    let one = build_with(1);
-    assert_eq!(one, build_with(2));
-    assert_eq!(one, build_with(3));
-    assert_eq!(one, build_tree(&emb, &p).expect("valid params"));
-    let other_seed = build_tree(&emb, &params(2, 20, 12)).expect("valid params");
-    assert_ne!(one, other_seed, "the seed should matter");
+    // Branching 8 also splits each node's labels by nested bisections, whose sides run
+    // concurrently.
+    for b in [2, 8] {
+        let p = params(b, 20, 11);
+        let build_with = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("thread pool")
+                .install(|| build_tree(&emb, &p))
+                .expect("valid params")
+        };
+        let one = build_with(1);
+        assert_eq!(one, build_with(2));
+        assert_eq!(one, build_with(3));
+        assert_eq!(one, build_tree(&emb, &p).expect("valid params"));
+        let other_seed = build_tree(&emb, &params(b, 20, 12)).expect("valid params");
+        assert_ne!(one, other_seed, "the seed should matter");
+    }
 }
 
 #[test]

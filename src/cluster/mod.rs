@@ -267,7 +267,8 @@ fn check_rows(
 
 /// Appends to `out` the `n_parts` parts of `rows`, by bisection in proportion to the number of
 /// parts each side must yield (of the count, or with the weighted strategy, of the mass).
-/// Callers guarantee `rows.len() >= n_parts >= 1`.
+/// Callers guarantee `rows.len() >= n_parts >= 1`. The two sides split concurrently; each has
+/// its own seed, so the parts do not depend on the schedule.
 fn split_recursive(
     vectors: &SparseMatrix,
     rows: Vec<u32>,
@@ -299,24 +300,15 @@ fn split_recursive(
             bisect::bisect(vectors, &rows, left_len, params, seed)
         }
     };
-    split_recursive(
-        vectors,
-        left,
-        left_parts,
-        params,
-        freqs,
-        derive_seed(seed, 0),
-        out,
-    );
-    split_recursive(
-        vectors,
-        right,
-        right_parts,
-        params,
-        freqs,
-        derive_seed(seed, 1),
-        out,
-    );
+    let side = |rows: Vec<u32>, n_parts: usize, index: u64| {
+        let mut parts = Vec::with_capacity(n_parts);
+        let seed = derive_seed(seed, index);
+        split_recursive(vectors, rows, n_parts, params, freqs, seed, &mut parts);
+        parts
+    };
+    let (first, second) = rayon::join(|| side(left, left_parts, 0), || side(right, right_parts, 1));
+    out.extend(first);
+    out.extend(second);
 }
 
 /// How many of `n_rows` rows go left when they are cut into `n_parts` parts as equal as

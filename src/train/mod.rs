@@ -7,7 +7,7 @@
 use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig, WeightFormat};
-use crate::data::{Dataset, LabelId};
+use crate::data::{Dataset, LabelId, SparseMatrix};
 use crate::defrag::train::DefragArrays;
 use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section};
 use crate::router::BpArrays;
@@ -211,15 +211,24 @@ pub fn train(
             },
             cfg.trees as u64,
         );
+        // Without DEFRAG every member partitions the same label embeddings: they are computed
+        // once, not once per tree (and held once).
+        let start = Instant::now();
+        let shared = (cfg.model == ModelKind::Tree && !cfg.defrag.on() && cfg.trees > 1)
+            .then(|| pifa_embeddings(ds));
+        if shared.is_some() {
+            seconds.insert("embeddings".into(), start.elapsed().as_secs_f64().into());
+        }
         let members: Vec<Member> = seeds
             .par_iter()
             .enumerate()
             .map(|(t, &seed)| {
-                let member = partition_member(ds, cfg, freqs.as_ref(), seed, t);
+                let member = partition_member(ds, cfg, freqs.as_ref(), shared.as_ref(), seed, t);
                 progress.step();
                 member
             })
             .collect::<Result<_, _>>()?;
+        drop(shared);
         let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
         progress.phase("classifiers", n_nodes as u64);
         let trained: Vec<OneTree> = members
@@ -346,11 +355,13 @@ struct Member {
     partition_s: f64,
 }
 
-/// Member `t`'s feature clustering (DEFRAG: a fresh one per member, App. A.3) and label tree.
+/// Member `t`'s feature clustering (DEFRAG: a fresh one per member, App. A.3) and label tree,
+/// on `embeddings` when given (the PIFA embeddings of `ds`, shared by the members).
 fn partition_member(
     ds: &Dataset,
     cfg: &TrainConfig,
     freqs: Option<&crate::tree::LabelFrequencies>,
+    embeddings: Option<&SparseMatrix>,
     seed: u64,
     t: usize,
 ) -> Result<Member, TrainError> {
@@ -371,7 +382,7 @@ fn partition_member(
     let defrag_s = start.elapsed().as_secs_f64();
     let member_ds = defrag.as_ref().map_or(ds, |b| &b.dataset);
     let start = Instant::now();
-    let layout = tree_layout(member_ds, cfg, cfg.model, freqs, seed)
+    let layout = tree_layout(member_ds, cfg, cfg.model, freqs, embeddings, seed)
         .map_err(|e| OneTreeError::Layout(e).for_tree(t))?;
     Ok(Member {
         defrag,
@@ -382,18 +393,27 @@ fn partition_member(
 }
 
 /// The layout of one model of kind `kind` on `ds`: a label tree (balanced, or λ-weighted with
-/// `freqs`) or a flat one-leaf tree.
+/// `freqs`) or a flat one-leaf tree. A tree partitions `embeddings` when given (they must be
+/// `ds`'s PIFA embeddings), else computes them.
 fn tree_layout(
     ds: &Dataset,
     cfg: &TrainConfig,
     kind: ModelKind,
     freqs: Option<&crate::tree::LabelFrequencies>,
+    embeddings: Option<&SparseMatrix>,
     seed: u64,
 ) -> Result<TreeLayout, TreeError> {
     match kind {
         ModelKind::Flat => single_leaf(ds.n_labels()),
         ModelKind::Tree => {
-            let emb = pifa_embeddings(ds);
+            let own;
+            let emb = match embeddings {
+                Some(e) => e,
+                None => {
+                    own = pifa_embeddings(ds);
+                    &own
+                }
+            };
             let mut params = TreeParams {
                 branching: cfg.branching,
                 max_leaf: cfg.max_leaf,
@@ -406,9 +426,9 @@ fn tree_layout(
                         lambda: cfg.lambda,
                         gamma: cfg.gamma,
                     };
-                    build_tree_weighted(&emb, &params, freqs)
+                    build_tree_weighted(emb, &params, freqs)
                 }
-                None => build_tree(&emb, &params),
+                None => build_tree(emb, &params),
             }
         }
     }
@@ -460,7 +480,7 @@ pub(crate) fn train_one_tree(
     if kind == ModelKind::Tree {
         progress.phase(&format!("tree {name}: label partition"), 1);
     }
-    let layout = tree_layout(ds, cfg, kind, freqs, seed).map_err(OneTreeError::Layout)?;
+    let layout = tree_layout(ds, cfg, kind, freqs, None, seed).map_err(OneTreeError::Layout)?;
     if kind == ModelKind::Tree {
         progress.step();
     }
