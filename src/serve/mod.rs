@@ -566,8 +566,9 @@ mod tests {
         cfg.pool_threads = 2;
         let state = AppState::new(cfg).unwrap();
         let current = || state.current.load_full().unwrap();
+        // One per core and two for the pool (the two async workers here may be more than the
+        // cores: then the warm-up runs out of spares, and the last thread grows its own).
         let n = state.predict_threads();
-        assert!(n >= 4, "{n}");
 
         // The first load: no thread has scratch space yet, so each gets a spare, and the
         // warm-up hands them out (two workers, two pool threads).
@@ -576,7 +577,7 @@ mod tests {
         assert_eq!(small.scratch.spares(), n);
         assert_eq!(small.scratch.sizes.dense, 499);
         assert_eq!(warm_threads(&state).await, 2);
-        assert_eq!(small.scratch.spares(), n - 4);
+        assert_eq!(small.scratch.spares(), n.saturating_sub(4));
         assert_eq!(state.scratch_floor(), small.scratch.sizes);
         // The same shape again: every thread has room, so the load makes no spares.
         reload_now(&state).await.unwrap();
