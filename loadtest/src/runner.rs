@@ -63,14 +63,9 @@ impl Ctx {
         }
     }
 
-    /// A warm-up (unmeasured) then a measured run at `rate`, with the host's steal time over
-    /// the measured run.
-    async fn measure(
-        &self,
-        target: &Target,
-        rate: f64,
-        keep: bool,
-    ) -> anyhow::Result<(RunResult, Option<f64>)> {
+    /// The unmeasured warm-up before a measured run at `rate` (`load.warmup_s`; none at 0). It
+    /// takes its queries from the end of the bodies, and the measured runs from the start.
+    async fn warm_up(&self, target: &Target, rate: f64) -> anyhow::Result<()> {
         let l = &self.scenario.load;
         if l.warmup_s > 0.0 {
             let n = target.bodies.len().max(1);
@@ -79,10 +74,22 @@ impl Ctx {
             w.max_requests = None;
             let _ = self.load(target, &w).await?;
         }
+        Ok(())
+    }
+
+    /// A warm-up (unmeasured) then a measured run at `rate`, with the host's steal time over
+    /// the measured run.
+    async fn measure(
+        &self,
+        target: &Target,
+        rate: f64,
+        keep: bool,
+    ) -> anyhow::Result<(RunResult, Option<f64>)> {
+        self.warm_up(target, rate).await?;
         // Every measured run replays the queries from the first, so the rates of one model
-        // answer the same queries (the warm-up takes them from the end).
-        self.run_with_steal(target, &self.spec(rate, l.duration_s, keep, 0))
-            .await
+        // answer the same queries.
+        let spec = self.spec(rate, self.scenario.load.duration_s, keep, 0);
+        self.run_with_steal(target, &spec).await
     }
 
     /// One run of `spec`, with the host's steal time over it (ms, every CPU together; see
@@ -235,14 +242,8 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
                 }
                 let i = (round + j) % models.len();
                 let target = &targets[i];
+                ctx.warm_up(target, rate).await?;
                 let n = target.bodies.len().max(1);
-                if l.warmup_s > 0.0 {
-                    // The warm-up takes its queries from the end, the measured runs from the start.
-                    let warm = ((rate * l.warmup_s) as usize).min(n);
-                    let mut w = ctx.spec(rate, l.warmup_s, false, n - warm);
-                    w.max_requests = None;
-                    let _ = ctx.load(target, &w).await?;
-                }
                 let first = (rate * per_round * round as f64) as usize % n;
                 let spec = ctx.spec(rate, per_round, true, first);
                 merged[i].absorb(ctx.load(target, &spec).await?);
