@@ -58,27 +58,38 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// `base/x`, sending `bodies` (none: empty requests).
+fn target(base: &str, bodies: Vec<Bytes>) -> Target {
+    Target {
+        uri: format!("{base}/x").parse().expect("uri"),
+        bodies: Arc::new(bodies),
+    }
+}
+
+/// A run at `rate` for `duration_s`, with a 2 s timeout, room for 1000 in flight, and no count
+/// cap; bodies are not kept.
+fn spec(rate: f64, arrivals: Arrivals, duration_s: u64, seed: u64) -> RunSpec {
+    RunSpec {
+        rate,
+        arrivals,
+        duration: Duration::from_secs(duration_s),
+        max_requests: None,
+        timeout: Duration::from_secs(2),
+        max_in_flight: 1000,
+        keep_bodies: false,
+        seed,
+        first_body: 0,
+    }
+}
+
 #[test]
 fn open_loop_p99_shows_the_stalls_that_closed_loop_hides() {
     let base = mock_server(100);
     let rt = runtime();
     let (open, closed) = rt.block_on(async {
         let client = engine::client();
-        let target = Target {
-            uri: format!("{base}/x").parse().expect("uri"),
-            bodies: Arc::new(vec![Bytes::from_static(b"{}")]),
-        };
-        let spec = RunSpec {
-            rate: 400.0,
-            arrivals: Arrivals::Constant,
-            duration: Duration::from_secs(4),
-            max_requests: None,
-            timeout: Duration::from_secs(2),
-            max_in_flight: 1000,
-            keep_bodies: false,
-            seed: 1,
-            first_body: 0,
-        };
+        let target = target(&base, vec![Bytes::from_static(b"{}")]);
+        let spec = spec(400.0, Arrivals::Constant, 4, 1);
         let r = engine::run(&client, &target, &spec, &Cancel::new()).await;
         let open = stats::summarize_run(&r);
         // A closed-loop client: one connection, the next request only after the last answer.
@@ -133,20 +144,10 @@ fn concurrency_grows_to_hold_the_rate() {
     let base = mock_server(300);
     let rt = runtime();
     let r = rt.block_on(async {
-        let target = Target {
-            uri: format!("{base}/x").parse().expect("uri"),
-            bodies: Arc::new(vec![]),
-        };
+        let target = target(&base, vec![]);
         let spec = RunSpec {
-            rate: 300.0,
-            arrivals: Arrivals::Poisson,
-            duration: Duration::from_secs(2),
             max_requests: Some(450),
-            timeout: Duration::from_secs(2),
-            max_in_flight: 1000,
-            keep_bodies: false,
-            seed: 7,
-            first_body: 0,
+            ..spec(300.0, Arrivals::Poisson, 2, 7)
         };
         engine::run(&engine::client(), &target, &spec, &Cancel::new()).await
     });
@@ -168,20 +169,10 @@ fn senders_share_the_load_and_leave_the_caller_free() {
     let rt = runtime();
     let senders = engine::Senders::start(2, &[]).expect("senders");
     assert_eq!(senders.len(), 2);
-    let target = Target {
-        uri: format!("{base}/x").parse().expect("uri"),
-        bodies: Arc::new(vec![Bytes::from_static(b"{}")]),
-    };
+    let target = target(&base, vec![Bytes::from_static(b"{}")]);
     let spec = RunSpec {
-        rate: 512.0,
-        arrivals: Arrivals::Constant,
-        duration: Duration::from_secs(2),
-        max_requests: None,
-        timeout: Duration::from_secs(2),
-        max_in_flight: 1000,
         keep_bodies: true,
-        seed: 1,
-        first_body: 0,
+        ..spec(512.0, Arrivals::Constant, 2, 1)
     };
     let (r, ticks) = rt.block_on(async {
         // A task on the calling runtime (as the hot-swap scenario's swapper is) keeps running.
