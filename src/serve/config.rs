@@ -124,6 +124,10 @@ pub struct ServeConfig {
     pub load_idle: bool,
     /// What a load checks before it publishes (`checksums` or `full`).
     pub load_checks: LoadChecks,
+    /// Give the heap's free pages back to the system once the process's anonymous memory has
+    /// grown by this many MiB over its lowest since the last time (0: never; glibc only). See
+    /// [`crate::serve::heap`].
+    pub heap_trim_mib: u64,
 }
 
 impl ServeConfig {
@@ -149,6 +153,7 @@ impl ServeConfig {
             load_nice: 10,
             load_idle: true,
             load_checks: LoadChecks::Checksums,
+            heap_trim_mib: 32,
         }
     }
 
@@ -174,6 +179,7 @@ impl ServeConfig {
         "load_nice",
         "load_idle",
         "load_checks",
+        "heap_trim_mib",
     ];
 
     /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
@@ -251,6 +257,10 @@ impl ServeConfig {
             "beam" => self.beam = Some(num(value)? as usize),
             "request_timeout_ms" => self.request_timeout_ms = num(value)?,
             "shutdown_timeout_ms" => self.shutdown_timeout_ms = num(value)?,
+            "heap_trim_mib" => match num(value)? {
+                n @ 0..=1_048_576 => self.heap_trim_mib = n,
+                n => return Err(bad(format!("`{n}` MiB is more than 1 TiB"))),
+            },
             "admin_token" => self.admin_token = (!value.is_empty()).then(|| value.to_string()),
             "load_nice" => match num(value)? {
                 n @ 0..=19 => self.load_nice = n as i32,
@@ -390,6 +400,18 @@ mod tests {
         assert_eq!(cfg.runtime, Runtime::PerCore);
         let err = ServeConfig::load(None, &[], &[("runtime", "threads".into())]).unwrap_err();
         assert!(err.to_string().contains("runtime"), "{err}");
+    }
+
+    #[test]
+    fn heap_trim_is_32_mib_by_default_and_0_turns_it_off() {
+        assert_eq!(ServeConfig::load(None, &[], &[]).unwrap().heap_trim_mib, 32);
+        let env = vec![("XMC_HEAP_TRIM_MIB".to_string(), "0".to_string())];
+        assert_eq!(ServeConfig::load(None, &env, &[]).unwrap().heap_trim_mib, 0);
+        for bad in ["-1", "lots", "2000000"] {
+            let env = vec![("XMC_HEAP_TRIM_MIB".to_string(), bad.to_string())];
+            let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+            assert!(err.contains("heap_trim_mib") && err.contains(bad), "{err}");
+        }
     }
 
     #[test]
