@@ -125,8 +125,8 @@ pub struct ServeConfig {
     /// What a load checks before it publishes (`checksums` or `full`).
     pub load_checks: LoadChecks,
     /// Give the heap's free pages back to the system once the process's anonymous memory has
-    /// grown by this many MiB over its lowest since the last time (0: never; glibc only). See
-    /// [`crate::serve::heap`].
+    /// grown by this many MiB over its lowest and the allocator holds that much more free than
+    /// after the last trim (0: never; glibc only). See [`crate::serve::heap`].
     pub heap_trim_mib: u64,
 }
 

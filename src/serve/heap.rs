@@ -28,7 +28,7 @@ const MAX_BACKOFF: u32 = 64;
 /// When to trim. The anonymous memory's growth over its lowest reading since start gates a count
 /// of the allocator's memory ([`Trimmer::tick`]); the slack's growth over its lowest count since
 /// the last trim decides ([`Trimmer::counted`]). While the memory stays high and in use, counts
-/// back off (1, 2, 4, … up to [`MAX_BACKOFF`] checks apart).
+/// back off: 1, 2, 4, … and at most [`MAX_BACKOFF`] checks skipped between two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trimmer {
     threshold: u64,
