@@ -104,11 +104,15 @@ impl Heap {
         if !CAN_TRIM {
             return None;
         }
-        let in_use = allocator_in_use();
-        Some(Heap {
-            anon: anon_resident()?,
-            in_use,
-        })
+        Some(Heap::with_anon(anon_resident()?))
+    }
+
+    /// The reading with the anonymous memory `anon` already read: the allocator's count alone.
+    fn with_anon(anon: u64) -> Heap {
+        Heap {
+            anon,
+            in_use: allocator_in_use(),
+        }
     }
 
     /// Anonymous resident memory that the allocator does not account as in use: the freed
@@ -214,9 +218,7 @@ pub fn spawn_trimmer(threshold_mib: u64) {
                 if !trimmer.tick(anon) {
                     continue;
                 }
-                let Some(heap) = Heap::now() else {
-                    continue;
-                };
+                let heap = Heap::with_anon(anon);
                 if !trimmer.counted(heap) {
                     continue;
                 }
