@@ -110,6 +110,10 @@ pub struct ServeConfig {
     pub request_timeout_ms: u64,
     /// How long shutdown waits for in-flight requests, in milliseconds.
     pub shutdown_timeout_ms: u64,
+    /// A connection that starts no request for this long is closed (an idle keep-alive
+    /// connection, or a client too slow to finish its headers), in milliseconds (0: never).
+    /// More than `request_timeout_ms`, so no request in progress is cut off.
+    pub idle_timeout_ms: u64,
     /// The bearer token of the admin routes; without one they are off.
     pub admin_token: Option<String>,
     /// Log format.
@@ -148,6 +152,7 @@ impl ServeConfig {
             beam: None,
             request_timeout_ms: 2000,
             shutdown_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
             admin_token: None,
             log_format: LogFormat::Text,
             load_nice: 10,
@@ -174,6 +179,7 @@ impl ServeConfig {
         "beam",
         "request_timeout_ms",
         "shutdown_timeout_ms",
+        "idle_timeout_ms",
         "admin_token",
         "log_format",
         "load_nice",
@@ -230,6 +236,11 @@ impl ServeConfig {
         Ok(cfg)
     }
 
+    /// The idle limit of a connection (`idle_timeout_ms`; `None`: none).
+    pub fn idle(&self) -> Option<std::time::Duration> {
+        (self.idle_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.idle_timeout_ms))
+    }
+
     /// Sets one key from its text.
     pub fn set(&mut self, key: &str, value: &str, source: &str) -> Result<(), ServeConfigError> {
         let bad = |m: String| ServeConfigError::BadValue {
@@ -257,6 +268,7 @@ impl ServeConfig {
             "beam" => self.beam = Some(num(value)? as usize),
             "request_timeout_ms" => self.request_timeout_ms = num(value)?,
             "shutdown_timeout_ms" => self.shutdown_timeout_ms = num(value)?,
+            "idle_timeout_ms" => self.idle_timeout_ms = num(value)?,
             "heap_trim_mib" => match num(value)? {
                 n @ 0..=1_048_576 => self.heap_trim_mib = n,
                 n => return Err(bad(format!("`{n}` MiB is more than 1 TiB"))),
@@ -347,6 +359,12 @@ impl ServeConfig {
         if self.beam == Some(0) {
             return bad("beam", "must be at least 1");
         }
+        if self.idle_timeout_ms != 0 && self.idle_timeout_ms <= self.request_timeout_ms {
+            return bad(
+                "idle_timeout_ms",
+                "must be 0 (no limit) or more than request_timeout_ms",
+            );
+        }
         Ok(())
     }
 }
@@ -411,6 +429,30 @@ mod tests {
             let env = vec![("XMC_HEAP_TRIM_MIB".to_string(), bad.to_string())];
             let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
             assert!(err.contains("heap_trim_mib") && err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn idle_timeout_is_a_minute_by_default_0_or_more_than_the_request_timeout() {
+        assert_eq!(
+            ServeConfig::load(None, &[], &[]).unwrap().idle_timeout_ms,
+            60_000
+        );
+        let env = vec![("XMC_IDLE_TIMEOUT_MS".to_string(), "0".to_string())];
+        assert_eq!(
+            ServeConfig::load(None, &env, &[]).unwrap().idle_timeout_ms,
+            0
+        );
+        let env = vec![("XMC_IDLE_TIMEOUT_MS".to_string(), "2500".to_string())];
+        assert_eq!(
+            ServeConfig::load(None, &env, &[]).unwrap().idle_timeout_ms,
+            2500
+        );
+        // Not above the request timeout (2000 by default), and not a number.
+        for bad in ["2000", "100", "soon"] {
+            let env = vec![("XMC_IDLE_TIMEOUT_MS".to_string(), bad.to_string())];
+            let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+            assert!(err.contains("idle_timeout_ms"), "{err}");
         }
     }
 

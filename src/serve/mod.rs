@@ -9,6 +9,7 @@
 //! keeps the old model, is logged and counted, and shows in `GET /v1/model`.
 
 pub mod config;
+mod conn;
 mod error;
 pub mod heap;
 mod reload;
@@ -266,14 +267,16 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     }
     tokio::spawn(metrics_upkeep(state.metrics.clone()));
     heap::spawn_trimmer(state.cfg.heap_trim_mib);
-    // Every server here serves `into_make_service()`, not the router itself: axum rebuilds a
-    // bare router's route table (`with_state`) for every connection it accepts, and this builds
-    // it once. On new connections that cut the server's CPU by 10-14 µs a request, and a storm
-    // of 2000 connections added 18 KB of RSS each instead of 31 (ARCHITECTURE.md).
+    // Every server hands each connection a clone of one finished router (an `Arc`). axum's own
+    // `serve`, given a bare router, rebuilt its route table (`with_state`) for every connection
+    // it accepted: building it once cut the server's CPU by 10-14 µs a request on new
+    // connections, and a storm of 2000 connections added 18 KB of RSS each instead of 31
+    // (ARCHITECTURE.md). `conn::serve` also closes idle connections (`idle_timeout_ms`).
+    let idle = state.cfg.idle();
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let metrics = metrics_app(state.clone());
-        tokio::spawn(async move { axum::serve(listener, metrics.into_make_service()).await });
+        tokio::spawn(conn::serve(listener, metrics, idle, std::future::pending()));
     }
     // Every server reports its end on `done`; `stop` asks them all to drain.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -281,8 +284,7 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let servers = match state.cfg.runtime {
         config::Runtime::Shared => {
             let listener = tokio::net::TcpListener::bind(&state.cfg.bind).await?;
-            let server = axum::serve(listener, app(state.clone()).into_make_service())
-                .with_graceful_shutdown(stopped(stop_rx));
+            let server = conn::serve(listener, app(state.clone()), idle, stopped(stop_rx));
             let done = done_tx.clone();
             tokio::spawn(async move {
                 let _ = done.send(server.await);
@@ -415,9 +417,8 @@ fn serve_per_core(
                                 routes::warm_scratch(&loaded);
                             }
                             let listener = tokio::net::TcpListener::from_std(listener)?;
-                            axum::serve(listener, app(state).into_make_service())
-                                .with_graceful_shutdown(stopped(stop))
-                                .await
+                            let idle = state.cfg.idle();
+                            conn::serve(listener, app(state), idle, stopped(stop)).await
                         })
                     });
                 let _ = done.send(served);
