@@ -65,7 +65,13 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    accept_failed(e).await;
+                    if accept_failed(&e) {
+                        // Back off, but not past a stop: a drain must not wait for the timer.
+                        tokio::select! {
+                            () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                            () = &mut stop => break,
+                        }
+                    }
                     continue;
                 }
             },
@@ -81,20 +87,24 @@ pub async fn serve(
     Ok(())
 }
 
-/// What the loop does when `accept` fails: a connection reset before it was taken is the
-/// client's business; anything else (out of file descriptors, most likely) is logged, and the
-/// loop waits a second before it tries again rather than spinning on the error.
-async fn accept_failed(e: std::io::Error) {
+/// How long the accept loop waits after an accept error other than a client's reset.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Whether the accept loop should back off after `e`: a connection reset before it was taken is
+/// the client's business (no); anything else (out of file descriptors, most likely) is logged
+/// and counted, and the loop waits [`ACCEPT_BACKOFF`] before it tries again rather than spinning
+/// on the error (yes).
+fn accept_failed(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
     if matches!(
         e.kind(),
         ConnectionAborted | ConnectionRefused | ConnectionReset
     ) {
-        return;
+        return false;
     }
     tracing::error!(error = %e, "accepting a connection failed; trying again in 1 s");
     metrics::counter!("xmc_accept_errors_total").increment(1);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    true
 }
 
 /// Serves one connection until the client closes it, it errs, it has been idle for `idle`, or
