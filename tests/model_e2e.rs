@@ -12,7 +12,7 @@ use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
 use xmc::train::{self, Quiet, TrainInputs, Trained};
-use xmc::tree::chunk::{EntryOuts, IndexChoice, RowChoice};
+use xmc::tree::chunk::{ChunksBuilder, EntryOuts, IndexChoice, RowChoice};
 
 #[test]
 fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
@@ -286,24 +286,25 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
     // range, hash tables with no free slot (a probe for a missing feature must still end), rank
     // blocks whose counts point past their node's features or at the wrong ones, non-finite
     // weights, a name section that does not parse, and non-finite row weights.
+    // Corel5k's dense leaves get rows by the size rule: the entry corruptions first put every
+    // node on entries.
+    fn on_entries(t: &mut Trained) -> &mut ChunksBuilder {
+        let tree = &mut t.trees[0];
+        rechunk(tree, IndexChoice::Smaller, RowChoice::Entries);
+        assert!(!tree.chunks.entry_out.is_empty());
+        &mut tree.chunks
+    }
     let corruptions: [fn(&mut Trained); 9] = [
         |t| {
-            t.trees[0]
-                .chunks
+            on_entries(t)
                 .entry_out
                 .iter_mut()
                 .for_each(|o| *o = 1 << 30)
         },
         // Out of range but still written as `u8`s (max_leaf 50 outputs at most).
+        |t| on_entries(t).entry_out.iter_mut().for_each(|o| *o = 255),
         |t| {
-            t.trees[0]
-                .chunks
-                .entry_out
-                .iter_mut()
-                .for_each(|o| *o = 255)
-        },
-        |t| {
-            let s = &mut t.trees[0].chunks.entry_start;
+            let s = &mut on_entries(t).entry_start;
             let n = s.len();
             s[1..n - 1].iter_mut().for_each(|x| *x = u32::MAX);
         },
@@ -327,8 +328,7 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
                 .for_each(|b| b.copy_from_slice(&[0, !0, !0, !0]));
         },
         |t| {
-            t.trees[0]
-                .chunks
+            on_entries(t)
                 .entry_weight
                 .iter_mut()
                 .for_each(|w| *w = f32::NAN)
@@ -463,6 +463,17 @@ fn bf16_weights_pack_the_entries_and_predict_as_f32_does() {
     let f32_entries = f32_bundle.section("tree.0.chunk.entry_weight").unwrap();
     // One word per entry, where the split layout takes one output byte and a four-byte weight.
     assert_eq!(section.byte_len, f32_entries.byte_len);
+    // Rows stay `f32` words, but a packed tree's hold bfloat16 values (the low half zero): the
+    // same row nodes, each weight the f32 tree's rounded.
+    let rows = |b: &Bundle| b.f32s("tree.0.chunk.row_weight").unwrap().to_vec();
+    let (packed_rows, f32_rows) = (rows(&bundle), rows(&f32_bundle));
+    assert!(!packed_rows.is_empty());
+    assert_eq!(packed_rows.len(), f32_rows.len());
+    assert!(packed_rows.iter().all(|w| w.to_bits() & 0xffff == 0));
+    assert!(f32_rows.iter().any(|w| w.to_bits() & 0xffff != 0));
+    for (p, f) in packed_rows.iter().zip(&f32_rows) {
+        assert!((p - f).abs() <= f.abs() / 256.0, "{p} vs {f}");
+    }
 
     let (full, structural) = (
         Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap(),

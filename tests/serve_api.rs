@@ -628,10 +628,9 @@ async fn a_corrupt_bundle_keeps_the_old_model_and_is_reported() {
 fn write_nan_model(path: &Path) -> String {
     let mut t = train_small(0);
     for tree in &mut t.trees {
-        tree.chunks
-            .entry_weight
-            .iter_mut()
-            .for_each(|w| *w = f32::NAN);
+        let c = &mut tree.chunks;
+        let weights = c.entry_weight.iter_mut().chain(c.row_weight.iter_mut());
+        weights.for_each(|w| *w = f32::NAN);
     }
     t.write(path).unwrap();
     t.meta.version.clone()

@@ -13,7 +13,7 @@ use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_sect
 use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
-use crate::tree::chunk::{Widths, narrowest, pack_entries};
+use crate::tree::chunk::{Widths, narrowest, pack_entries, round_bf16};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
@@ -572,6 +572,7 @@ fn add_tree<'a>(
         WeightFormat::Bf16 => pack_entries(&a.chunks.entry_out, &a.chunks.entry_weight),
         WeightFormat::F32 => None,
     };
+    let bf16 = packed.is_some();
     if let Some(words) = packed {
         // Instead of `entry_out` and `entry_weight`, so a reader that does not know packed
         // entries refuses the bundle rather than reading a tree without them.
@@ -590,7 +591,14 @@ fn add_tree<'a>(
     w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
     w.add_u32(&s("chunk.rank"), &a.chunks.rank)?;
     w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
-    w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
+    if bf16 {
+        // Rows keep `f32` words, rounded as the entries are: every weight of the tree is then a
+        // bfloat16, and whether a node got rows or entries does not change a score.
+        let rounded = a.chunks.row_weight.iter().map(|&x| round_bf16(x)).collect();
+        w.add_f32_owned(&s("chunk.row_weight"), rounded)?;
+    } else {
+        w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
+    }
     Ok(())
 }
 

@@ -37,16 +37,17 @@
 //! | `row_start` | nodes + 1 | node `i`'s rows are `row_weight[row_start[i]..row_start[i + 1]]` |
 //! | `row_weight` | Σ features · outputs over row nodes | position `p`'s weights are `m` values from `row_start[i] + p·m` |
 //!
-//! A node has rows when they take no more room than its entries would as eight-byte pairs of a
-//! `u32` output and a weight (`m · features ≤ 2 · entries`), which holds for every node of a
-//! binary tree: each feature there has one or two entries, against a row of two four-byte
-//! weights. (A bundle stores the outputs narrower, so there the entries can be the smaller; the
-//! rule still picks rows, for the memory reads they save.) A row node's features keep their
-//! (empty) `entry_start` ranges, so positions mean the same in every node. On debian-deps
-//! (T = 1) the internal nodes' weights went from 18.6 MB of entries to 11.6 MB of rows, and a
-//! query feature found in such a node costs two memory reads (its index and its row) instead
-//! of four (index, entry range, outputs, weights). Bundles written before rows have no `row`
-//! sections; read as empty, every node uses its entries.
+//! A node has rows when they hold at most [`ROW_SLOTS_PER_ENTRY`] = 4 weights per entry they
+//! replace (`m · features ≤ 4 · entries`), which holds for every node of a binary tree (one or
+//! two entries per feature, against a row of two weights) and for the internal nodes of a
+//! branching-8 tree on debian-deps (2.7 entries per feature). A query feature found in a row
+//! node costs two cache lines (its index and its row) instead of three (index, entry range,
+//! entries), which is what a search waits on. The rule counted entries at two weights each
+//! until the serving model's profile showed the entry ranges as a third of the search's
+//! misses; at four, its internal nodes moved to rows (ARCHITECTURE.md, "Weight rows"). A row
+//! node's features keep their (empty) `entry_start` ranges, so positions mean the same in
+//! every node. Bundles written before rows have no `row` sections; read as empty, every node
+//! uses its entries.
 //!
 //! To find a query feature's position within a node, each node with features has one of two
 //! indexes, whichever is smaller (ties go to the rank index):
@@ -290,6 +291,11 @@ pub fn packed_weight(word: u32) -> f32 {
     f32::from_bits(word << 16)
 }
 
+/// `w` rounded to the nearest bfloat16, as [`pack_entry`] stores it, widened back to `f32`.
+pub fn round_bf16(w: f32) -> f32 {
+    packed_weight(pack_entry(0, w))
+}
+
 /// `outs` and `weights` packed one entry per word ([`pack_entry`]), or `None` when an output
 /// does not fit 16 bits.
 pub fn pack_entries(outs: &[u32], weights: &[f32]) -> Option<Vec<u32>> {
@@ -522,10 +528,15 @@ pub enum IndexChoice {
     Rank,
 }
 
+/// [`RowChoice::Smaller`] gives a node rows when they hold at most this many weights per entry
+/// they replace (`outputs · features ≤ ROW_SLOTS_PER_ENTRY · entries`; see the module docs).
+pub const ROW_SLOTS_PER_ENTRY: usize = 4;
+
 /// How [`ChunksBuilder::push_node_as`] stores a node's weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowChoice {
-    /// Rows when they take no more room than entries (see the module docs).
+    /// Rows when they hold at most [`ROW_SLOTS_PER_ENTRY`] weights per entry (see the module
+    /// docs).
     Smaller,
     /// Always entries.
     Entries,
@@ -613,7 +624,7 @@ impl ChunksBuilder {
         let use_rows = n_feats > 0
             && m > 0
             && match rows {
-                RowChoice::Smaller => m * n_feats <= 2 * triples.len(),
+                RowChoice::Smaller => m * n_feats <= ROW_SLOTS_PER_ENTRY * triples.len(),
                 RowChoice::Entries => false,
                 RowChoice::Rows => true,
             };
@@ -1817,12 +1828,11 @@ mod tests {
         nodes_as([(IndexChoice::Hash, RowChoice::Entries); 2])
     }
 
-    /// The same two nodes, node 0 on a rank index, both on the layout the size rule picks (rows
-    /// for node 0, entries for node 1).
+    /// The same two nodes, node 0 on rows and a rank index, node 1 on entries and a hash table.
     fn row_nodes() -> ChunksBuilder {
         nodes_as([
-            (IndexChoice::Rank, RowChoice::Smaller),
-            (IndexChoice::Hash, RowChoice::Smaller),
+            (IndexChoice::Rank, RowChoice::Rows),
+            (IndexChoice::Hash, RowChoice::Entries),
         ])
     }
 
@@ -1872,8 +1882,8 @@ mod tests {
     #[test]
     fn builder_lays_out_rows() {
         let b = row_nodes();
-        // Node 0: 2 outputs over 3 features (6 row weights) against 4 entries (8 values): rows.
-        // Node 1: 3 outputs over 2 features (6) against 2 entries (4): entries.
+        // Node 0: 2 outputs over 3 features (6 row weights, zeros included) for 4 entries.
+        // Node 1: 3 outputs over 2 features, 2 entries.
         assert_eq!(b.feat, vec![1, 5, 7, 0, 9]);
         assert_eq!(b.row_start, vec![0, 6, 6]);
         assert_eq!(b.row_weight, vec![1.0, 0.0, 2.0, 3.0, 0.0, 4.0]);
@@ -1902,16 +1912,50 @@ mod tests {
             .unwrap();
         assert_eq!(entries, two_nodes());
         let back = entries
-            .rebuilt_as(&[2, 3], IndexChoice::Smaller, RowChoice::Smaller)
+            .rebuilt_as(&[2, 3], IndexChoice::Hash, RowChoice::Rows)
             .unwrap();
+        assert_eq!(back.row_start[..2], rows.row_start[..2]);
+        assert_eq!(back.row_weight[..6], rows.row_weight[..]);
+        // Node 1's rows: 3 weights for each of features 0 and 9.
+        assert_eq!(back.row_weight[6..], [0.5, 0.0, 0.0, 0.0, 0.0, -1.0]);
         let smaller = row_nodes()
             .rebuilt_as(&[2, 3], IndexChoice::Smaller, RowChoice::Smaller)
             .unwrap();
-        assert_eq!(back, smaller);
         assert_eq!(
-            (back.row_start.clone(), back.row_weight.clone()),
-            (rows.row_start, rows.row_weight)
+            entries
+                .rebuilt_as(&[2, 3], IndexChoice::Smaller, RowChoice::Smaller)
+                .unwrap(),
+            smaller
         );
+    }
+
+    #[test]
+    fn the_size_rule_gives_rows_up_to_four_weights_per_entry() {
+        // `outputs` outputs over 2 features, with `entries` entries in all.
+        let node = |outputs: usize, entries: usize| {
+            let mut out: Vec<(Vec<u32>, Vec<f32>)> = vec![(vec![], vec![]); outputs];
+            for e in 0..entries {
+                let (idx, val) = &mut out[e / 2];
+                idx.push(3 + 4 * (e % 2) as u32);
+                val.push(1.0 + e as f32);
+            }
+            let mut b = ChunksBuilder::new();
+            b.push_node_as(
+                out.iter().map(|(i, v)| (&i[..], &v[..])),
+                IndexChoice::Smaller,
+                RowChoice::Smaller,
+            )
+            .unwrap();
+            b.has_rows(0)
+        };
+        // 2 features · m outputs against ROW_SLOTS_PER_ENTRY · entries.
+        assert_eq!(ROW_SLOTS_PER_ENTRY, 4);
+        assert!(node(8, 4)); // 16 weights for 4 entries
+        assert!(!node(9, 4)); // 18 for 4
+        assert!(node(4, 2)); // 8 for 2
+        assert!(!node(5, 2)); // 10 for 2
+        assert!(node(2, 4)); // a binary node always has rows
+        assert!(node(2, 2));
     }
 
     #[test]
