@@ -105,6 +105,18 @@ pub fn prepare(
         let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
         if norm > 0.0 && norm.is_finite() {
             out_val.iter_mut().for_each(|v| *v /= norm);
+        } else if !out_val.is_empty() {
+            // The squares overflowed (a value beyond about 1.8e19) or underflowed (every value
+            // below about 1e-19) in `f32`; zeros were dropped above, so the vector has a
+            // direction. `f64` holds every `f32`'s square, as training's normalization does.
+            let norm = out_val
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+                .sqrt();
+            out_val
+                .iter_mut()
+                .for_each(|v| *v = (f64::from(*v) / norm) as f32);
         }
     }
     Ok(())
@@ -141,6 +153,24 @@ mod tests {
             prepare(&[1, 1], &[f32::MAX, f32::MAX], 10, false, &mut i, &mut v),
             Err(QueryError::NonFinite { id: 1 })
         );
+    }
+
+    #[test]
+    fn normalizes_values_whose_squares_overflow_or_underflow_in_f32() {
+        let (mut i, mut v) = (Vec::new(), Vec::new());
+        let close = |v: &[f32], want: [f32; 2]| {
+            assert!(v.len() == 2 && v.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6));
+        };
+        prepare(&[3, 17], &[3e38, 4e37], 20, true, &mut i, &mut v).unwrap();
+        assert_eq!(i, vec![3, 17]);
+        let (mut i2, mut v2) = (Vec::new(), Vec::new());
+        prepare(&[3, 17], &[3.0, 0.4], 20, true, &mut i2, &mut v2).unwrap();
+        close(&v, [v2[0], v2[1]]);
+        prepare(&[3, 17], &[3e-30, 4e-30], 20, true, &mut i, &mut v).unwrap();
+        close(&v, [0.6, 0.8]);
+        // The ordinary path is untouched.
+        prepare(&[3, 17], &[3.0, 4.0], 20, true, &mut i, &mut v).unwrap();
+        assert_eq!(v, vec![0.6, 0.8]);
     }
 
     proptest! {
