@@ -132,19 +132,23 @@ pub fn l2_normalize_rows(m: &mut SparseMatrix) {
         rest = tail;
         pos = r.end;
     }
-    rows.into_par_iter().for_each(|row| {
-        let norm = row
-            .iter()
-            .map(|&v| f64::from(v) * f64::from(v))
-            .sum::<f64>()
-            .sqrt();
-        if norm > 0.0 {
-            for v in row.iter_mut() {
-                // The rounding to f32 is the point: values are stored as f32.
-                *v = (f64::from(*v) / norm) as f32;
-            }
+    rows.into_par_iter().for_each(l2_normalize);
+}
+
+/// Scales `row` to unit L2 norm, with the norm and the quotients in `f64` (every `f32`'s square
+/// fits); a row with zero norm stays zero.
+pub fn l2_normalize(row: &mut [f32]) {
+    let norm = row
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        for v in row.iter_mut() {
+            // The rounding to f32 is the point: values are stored as f32.
+            *v = (f64::from(*v) / norm) as f32;
         }
-    });
+    }
 }
 
 #[cfg(test)]

@@ -105,18 +105,11 @@ pub fn prepare(
         let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
         if norm > 0.0 && norm.is_finite() {
             out_val.iter_mut().for_each(|v| *v /= norm);
-        } else if !out_val.is_empty() {
+        } else {
             // The squares overflowed (a value beyond about 1.8e19) or underflowed (every value
-            // below about 1e-19) in `f32`; zeros were dropped above, so the vector has a
-            // direction. `f64` holds every `f32`'s square, as training's normalization does.
-            let norm = out_val
-                .iter()
-                .map(|&v| f64::from(v) * f64::from(v))
-                .sum::<f64>()
-                .sqrt();
-            out_val
-                .iter_mut()
-                .for_each(|v| *v = (f64::from(*v) / norm) as f32);
+            // below about 1e-19) in `f32`, or there are no values: normalize as training does,
+            // in `f64`, which holds every `f32`'s square.
+            crate::data::l2_normalize(out_val);
         }
     }
     Ok(())
