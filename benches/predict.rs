@@ -178,7 +178,8 @@ fn main() -> anyhow::Result<()> {
     };
     let entries = entries.borrowed();
     let weight_bytes = |c: &Chunks<&[u32], &[f32], OutSlice<'_>>| {
-        4 * (c.entry_start.len() + c.entry_weight.len() + c.entry_packed.len() + c.row_weight.len())
+        let rows = c.row_weight.len() + c.row_packed.len();
+        4 * (c.entry_start.len() + c.entry_weight.len() + c.entry_packed.len() + rows)
             + c.entry_out.byte_len()
     };
     let row_nodes = (0..n_nodes).filter(|&i| arrays.chunks.has_rows(i)).count();

@@ -53,16 +53,16 @@ pub enum ConfigError {
     BadOverride(String),
 }
 
-/// How a bundle stores the label trees' entry weights.
+/// How a bundle stores the label trees' weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightFormat {
     /// `f32` weights, with the outputs in an array of their own (the default).
     #[default]
     F32,
-    /// bfloat16 weights packed with their outputs, one `u32` per entry, in trees whose outputs
-    /// fit 16 bits (the others keep `f32`). Smaller and faster to score; each weight is rounded
-    /// to 8 significant bits (see `tree::chunk`).
+    /// bfloat16 weights packed with their outputs, one `u32` per entry, and rows packed two
+    /// weights a `u32`, in trees whose outputs fit 16 bits (the others keep `f32`). Smaller and
+    /// faster to score; each weight is rounded to 8 significant bits (see `tree::chunk`).
     Bf16,
 }
 

@@ -206,13 +206,13 @@ fn future_format_version_says_how_to_fix_it() {
         FormatError::UnsupportedVersion {
             found: 7,
             min: 1,
-            max: 3,
+            max: 4,
             ..
         }
     ));
     assert_eq!(
         err.to_string(),
-        "this bundle is format version 7; this xmc reads versions 1-3: upgrade xmc or re-train \
+        "this bundle is format version 7; this xmc reads versions 1-4: upgrade xmc or re-train \
          the model"
     );
 }

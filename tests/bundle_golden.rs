@@ -2,11 +2,12 @@
 //!
 //! `container-v1.xmcb` was written by the version-1 writer and `container-v2.xmcb` by the
 //! version-2 writer, from the same sections; `container-v3.xmcb` by the version-3 writer, from
-//! those sections and one each of the dtypes version 3 added (`u8`, `u16`). Reading each must
-//! keep working for as long as this xmc claims to read its version. The writer must reproduce
-//! the file of the version it writes byte for byte; once the format moves on, keep the read test
-//! and retire only the byte comparison (as version 1's was when version 2 came, and version 2's
-//! when version 3 came). To regenerate the current version's file after a deliberate change
+//! those sections and one each of the dtypes version 3 added (`u8`, `u16`), and
+//! `container-v4.xmcb` by the version-4 writer from the same (version 4 changed what a model
+//! stores, not the container). Reading each must keep working for as long as this xmc claims to
+//! read its version. The writer must reproduce the file of the version it writes byte for byte;
+//! once the format moves on, keep the read test and retire only the byte comparison (as version
+//! 1's was when version 2 came, version 2's when version 3 came, and version 3's when 4 came). To regenerate the current version's file after a deliberate change
 //! (which breaks every deployed model, so think twice), run with
 //! `XMC_BLESS_GOLDEN=1`.
 
@@ -48,7 +49,7 @@ const RAW: &[u8] = b"\x00\x01binary\xff";
 const NARROW: [u8; 3] = [0, 7, 255];
 const HALF: [u16; 4] = [0, 1, 0x0102, u16::MAX];
 
-/// The sections of the version-3 file, as the current writer writes them.
+/// The sections of the version-3 and version-4 files, as the current writer writes them.
 fn golden_bytes() -> Vec<u8> {
     let mut w = BundleWriter::new();
     w.add_json("meta", &meta()).unwrap();
@@ -123,15 +124,20 @@ fn golden_v2_opens_with_exact_contents() {
 
 #[test]
 fn golden_v3_opens_with_exact_contents() {
-    if std::env::var_os("XMC_BLESS_GOLDEN").is_some() && FORMAT_VERSION == 3 {
-        std::fs::write(golden_path(3), golden_bytes()).unwrap();
-    }
     check_golden(3);
 }
 
 #[test]
+fn golden_v4_opens_with_exact_contents() {
+    if std::env::var_os("XMC_BLESS_GOLDEN").is_some() && FORMAT_VERSION == 4 {
+        std::fs::write(golden_path(4), golden_bytes()).unwrap();
+    }
+    check_golden(4);
+}
+
+#[test]
 fn golden_header_bytes_are_as_documented() {
-    for (version, sections) in [(1u32, 6u32), (2, 6), (3, 8)] {
+    for (version, sections) in [(1u32, 6u32), (2, 6), (3, 8), (4, 8)] {
         let bytes = std::fs::read(golden_path(version)).unwrap();
         assert_eq!(&bytes[0..8], b"XMCB\0\r\n\x1a");
         assert_eq!(&bytes[8..12], &[4, 3, 2, 1]);
@@ -143,33 +149,36 @@ fn golden_header_bytes_are_as_documented() {
 }
 
 #[test]
-fn the_two_versions_differ_only_in_the_version_and_its_checksums() {
-    let (v1, v2) = (
-        std::fs::read(golden_path(1)).unwrap(),
-        std::fs::read(golden_path(2)).unwrap(),
-    );
-    assert_eq!(v1.len(), v2.len());
-    let differ: Vec<usize> = (0..v1.len()).filter(|&i| v1[i] != v2[i]).collect();
-    // The version field, then bytes of the header CRC (60..64) and of the footer's CRC of
-    // header and table (len-16..len-12).
-    let n = v1.len();
-    assert!(
-        differ
-            .iter()
-            .all(|&i| i == 12 || (60..64).contains(&i) || (n - 16..n - 12).contains(&i)),
-        "{differ:?}"
-    );
-    assert!(differ.contains(&12));
+fn versions_of_one_layout_differ_only_in_the_version_and_its_checksums() {
+    for (old, new) in [(1, 2), (3, 4)] {
+        let (a, b) = (
+            std::fs::read(golden_path(old)).unwrap(),
+            std::fs::read(golden_path(new)).unwrap(),
+        );
+        assert_eq!(a.len(), b.len());
+        let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+        // The version field, then bytes of the header CRC (60..64) and of the footer's CRC of
+        // header and table (len-16..len-12).
+        let n = a.len();
+        assert!(
+            differ
+                .iter()
+                .all(|&i| i == 12 || (60..64).contains(&i) || (n - 16..n - 12).contains(&i)),
+            "v{old} against v{new}: {differ:?}"
+        );
+        assert!(differ.contains(&12));
+    }
 }
 
 #[test]
-fn current_writer_reproduces_golden_v3() {
-    if FORMAT_VERSION != 3 {
-        return;
-    }
-    let on_disk = std::fs::read(golden_path(3)).unwrap();
+fn current_writer_reproduces_golden_v4() {
+    assert_eq!(
+        FORMAT_VERSION, 4,
+        "add the new version's golden file and test"
+    );
+    let on_disk = std::fs::read(golden_path(4)).unwrap();
     assert!(
         on_disk == golden_bytes(),
-        "the v3 writer no longer reproduces container-v3.xmcb"
+        "the v4 writer no longer reproduces container-v4.xmcb"
     );
 }

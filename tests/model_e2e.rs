@@ -463,17 +463,25 @@ fn bf16_weights_pack_the_entries_and_predict_as_f32_does() {
     let f32_entries = f32_bundle.section("tree.0.chunk.entry_weight").unwrap();
     // One word per entry, where the split layout takes one output byte and a four-byte weight.
     assert_eq!(section.byte_len, f32_entries.byte_len);
-    // Rows stay `f32` words, but a packed tree's hold bfloat16 values (the low half zero): the
-    // same row nodes, each weight the f32 tree's rounded.
-    let rows = |b: &Bundle| b.f32s("tree.0.chunk.row_weight").unwrap().to_vec();
-    let (packed_rows, f32_rows) = (rows(&bundle), rows(&f32_bundle));
-    assert!(!packed_rows.is_empty());
-    assert_eq!(packed_rows.len(), f32_rows.len());
-    assert!(packed_rows.iter().all(|w| w.to_bits() & 0xffff == 0));
-    assert!(f32_rows.iter().any(|w| w.to_bits() & 0xffff != 0));
-    for (p, f) in packed_rows.iter().zip(&f32_rows) {
-        assert!((p - f).abs() <= f.abs() / 256.0, "{p} vs {f}");
-    }
+    // Rows are bfloat16 pairs, two weights a word, in `row_packed` instead of `row_weight`:
+    // the f32 tree's rows, each weight rounded, so they take half the bytes (plus a padding
+    // half per feature of a node with an odd number of outputs).
+    assert!(bundle.section("tree.0.chunk.row_weight").is_none());
+    let packed_rows = bundle.section("tree.0.chunk.row_packed").unwrap();
+    let f32_rows = f32_bundle.section("tree.0.chunk.row_weight").unwrap();
+    assert_eq!(packed_rows.dtype, Dtype::U32);
+    assert!(packed_rows.byte_len > 0);
+    assert!(2 * packed_rows.byte_len >= f32_rows.byte_len);
+    assert!(2 * packed_rows.byte_len < f32_rows.byte_len * 11 / 10);
+    let (starts, words) = f32s.trees[0].chunks.packed_rows();
+    assert_eq!(
+        bundle.u32s("tree.0.chunk.row_start").unwrap().to_vec(),
+        starts
+    );
+    assert_eq!(
+        bundle.u32s("tree.0.chunk.row_packed").unwrap().to_vec(),
+        words
+    );
 
     let (full, structural) = (
         Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap(),

@@ -2,17 +2,18 @@
 //!
 //! `tests/data/golden/model-v1.xmcb` is a tiny label tree (6 labels, 10 features, 7 nodes) trained
 //! by the first model format on `tests/data/golden/tiny.txt`, `model-v2.xmcb` the same tree
-//! trained by format version 2, whose nodes store their weights as rows, and `model-v3.xmcb` by
-//! format version 3, whose entry outputs are `u8`s (none here: every node has rows):
+//! trained by format version 2, whose nodes store their weights as rows, `model-v3.xmcb` by
+//! format version 3, whose entry outputs are `u8`s (none here: every node has rows), and
+//! `model-v4.xmcb` by format version 4:
 //!
 //! ```sh
 //! xmc train --config config/default.toml --set max_leaf=2 --set name=tiny \
 //!     --train tests/data/golden/tiny.txt --out tests/data/golden/model-v1.xmcb
 //! ```
 //!
-//! (`model-v2.xmcb` and `model-v3.xmcb` for the later ones). Versions 1 and 2 answer slightly
-//! differently because the trainer changed between them, not the format; version 3 answers as
-//! version 2 does. Each file's answers are recorded as it gave them.
+//! (`model-v2.xmcb` to `model-v4.xmcb` for the later ones). Versions 1 and 2 answer slightly
+//! differently because the trainer changed between them, not the format; versions 3 and 4
+//! answer as version 2 does. Each file's answers are recorded as it gave them.
 //!
 //! `model-v3-bf16.xmcb` is a small tree of format version 3 with packed bfloat16 entries
 //! (`weights = "bf16"`), on synthetic data sparse enough that every node stores entries:
@@ -24,6 +25,11 @@
 //!     --set max_leaf=7 --set branching=3 --set solver.prune=0.3 \
 //!     --train small.txt --out tests/data/golden/model-v3-bf16.xmcb
 //! ```
+//!
+//! `model-v4-bf16.xmcb` is the tiny tree with `weights = "bf16"` (`--set weights=bf16 --set
+//! name=tiny-bf16` added to the first command), written by format version 4: its rows are
+//! bfloat16 pairs (`chunk.row_packed`), and two of its leaves have one label, so their rows are
+//! one weight and a padding half each.
 //!
 //! Later versions add sections and metadata fields; they must still read this file, find the same
 //! tree and give the same answers. Never regenerate it to make this test pass: a failure here means
@@ -109,6 +115,38 @@ fn golden_model_v3_opens_verifies_and_predicts_as_recorded() {
     assert!(model.trees()[0].chunks.entry_weight.is_empty());
     // The same tree and answers as version 2's file: only the container changed.
     assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
+}
+
+#[test]
+fn golden_model_v4_opens_verifies_and_predicts_as_recorded() {
+    let model = open_golden(4, "57054cd5670c5f6f");
+    assert!(model.bundle().section("tree.0.chunk.row_weight").is_some());
+    assert!(model.bundle().section("tree.0.chunk.row_packed").is_none());
+    // The same tree and answers as version 2's and 3's files.
+    assert_recorded(&model, [0.519_004_17, 0.462_766_9, 0.261_483_2]);
+}
+
+#[test]
+fn golden_model_v4_with_packed_rows_opens_verifies_and_predicts_as_recorded() {
+    let model = open_verified("model-v4-bf16.xmcb");
+    assert_eq!(model.bundle().format_version(), 4);
+    let meta = model.meta();
+    assert_eq!(meta.name, "tiny-bf16");
+    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
+    assert_eq!(meta.version, "8798c140eb5412d6");
+    let section = model.bundle().section("tree.0.chunk.row_packed").unwrap();
+    assert_eq!(section.dtype, xmc::bundle::Dtype::U32);
+    assert!(model.bundle().section("tree.0.chunk.row_weight").is_none());
+    let tree = &model.trees()[0];
+    assert_eq!(tree.n_nodes(), 7);
+    assert!(tree.chunks.row_weight.is_empty() && tree.chunks.entry_packed.is_empty());
+    // Every node has rows, among them leaves of one label (one weight and padding a word).
+    let outputs = |node: usize| tree.out_start[node + 1] - tree.out_start[node];
+    assert!((0..7).all(|node| tree.chunks.has_rows(node)));
+    assert_eq!((0..7).filter(|&node| outputs(node) == 1).count(), 2);
+    // As `xmc predict --k 3` answered for `1:1 4:1 7:1` when the file was made: the labels of
+    // the `f32` files, the scores within bfloat16 rounding of theirs.
+    assert_recorded(&model, [0.518_561, 0.463_303_1, 0.260_859_13]);
 }
 
 #[test]

@@ -19,13 +19,13 @@ pub const FOOTER_MAGIC: [u8; 8] = *b"\x1a\n\r\0BCMX";
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
 
 /// The format version this code writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest format version this code reads.
 pub const MIN_READ_VERSION: u32 = 1;
 
 /// The newest format version this code reads.
-pub const MAX_READ_VERSION: u32 = 3;
+pub const MAX_READ_VERSION: u32 = 4;
 
 /// Every section, the section table and the footer start at a multiple of this many bytes.
 pub const ALIGN: u64 = 64;

@@ -63,6 +63,12 @@
 //! them. A version-2 reader would refuse the new tags as unknown; refusing version 3 says why.
 //! A file of an older version that names a newer dtype is refused as well.
 //!
+//! Version 4 has version 3's layout and dtypes. It came with packed rows: a `weights = "bf16"`
+//! tree stores its rows as bfloat16 pairs (`*.chunk.row_packed`) instead of `f32`s
+//! (`*.chunk.row_weight`), with `*.chunk.row_start` counting words. A version-3 reader would
+//! find offsets into a `row_weight` section that is not there and refuse the tree with a
+//! message about its offsets; refusing version 4 says to upgrade instead.
+//!
 //! # What is checked when
 //!
 //! [`Bundle::open`] checks, in O(n): size, magic, endianness mark, version, header CRC, reserved

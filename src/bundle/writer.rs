@@ -140,11 +140,6 @@ impl<'a> BundleWriter<'a> {
         self.add(name, Dtype::F32, Cow::Borrowed(le_bytes(data)))
     }
 
-    /// Adds a section of `f32` values that the writer keeps (no borrow to outlive).
-    pub fn add_f32_owned(&mut self, name: &str, data: Vec<f32>) -> Result<&mut Self, FormatError> {
-        self.add(name, Dtype::F32, Cow::Owned(le_bytes(&data).to_vec()))
-    }
-
     /// Serializes `value` as compact JSON and adds it as a section.
     ///
     /// The bytes are deterministic as long as `value` serializes deterministically (a `HashMap`

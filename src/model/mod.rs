@@ -283,6 +283,8 @@ fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
             // Absent from bundles written before rows: every node reads as entries.
             row_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_start"))?,
             row_weight: bundle.f32s_or_empty(&format!("{prefix}.chunk.row_weight"))?,
+            // Absent before format version 4, and from trees with `f32` rows.
+            row_packed: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_packed"))?,
         },
     })
 }

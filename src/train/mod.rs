@@ -13,7 +13,7 @@ use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_sect
 use crate::router::BpArrays;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
-use crate::tree::chunk::{Widths, narrowest, pack_entries, round_bf16};
+use crate::tree::chunk::{Widths, narrowest, pack_entries};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{TreeTrainError, train_tree};
@@ -552,8 +552,8 @@ fn add_arrays<'a>(
     Ok(())
 }
 
-/// Adds one tree's arrays as sections `{prefix}.{array}`, its entries packed when `weights` is
-/// bfloat16 and every output fits 16 bits.
+/// Adds one tree's arrays as sections `{prefix}.{array}`, its entries and rows packed when
+/// `weights` is bfloat16 and every output fits 16 bits.
 fn add_tree<'a>(
     w: &mut BundleWriter<'a>,
     prefix: &str,
@@ -590,13 +590,15 @@ fn add_tree<'a>(
     w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
     w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
     w.add_u32(&s("chunk.rank"), &a.chunks.rank)?;
-    w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
     if bf16 {
-        // Rows keep `f32` words, rounded as the entries are: every weight of the tree is then a
-        // bfloat16, and whether a node got rows or entries does not change a score.
-        let rounded = a.chunks.row_weight.iter().map(|&x| round_bf16(x)).collect();
-        w.add_f32_owned(&s("chunk.row_weight"), rounded)?;
+        // Rows as bfloat16 pairs, rounded as the entries are: every weight of the tree is then a
+        // bfloat16, and whether a node got rows or entries does not change a score. Instead of
+        // `row_weight` (format version 4).
+        let (row_start, packed) = a.chunks.packed_rows();
+        w.add_u32_owned(&s("chunk.row_start"), row_start)?;
+        w.add_u32_owned(&s("chunk.row_packed"), packed)?;
     } else {
+        w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
         w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
     }
     Ok(())

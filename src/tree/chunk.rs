@@ -49,6 +49,13 @@
 //! every node. Bundles written before rows have no `row` sections; read as empty, every node
 //! uses its entries.
 //!
+//! A tree with packed entries packs its rows too (format version 4 on): `row_packed` instead of
+//! `row_weight`, two bfloat16 weights a word, output `2j` in the low half of a row's word `j`
+//! and `2j + 1` in the high half, so a row takes ⌈m / 2⌉ words and `row_start` counts words
+//! (an odd row's last high half is zero). The weights are the ones the `f32` rows would hold,
+//! rounded as [`pack_entry`] rounds, and score the same to the bit; the serving model's rows
+//! went from 16.6 to 8.3 MB (ARCHITECTURE.md, "Weight rows").
+//!
 //! To find a query feature's position within a node, each node with features has one of two
 //! indexes, whichever is smaller (ties go to the rank index):
 //!
@@ -510,11 +517,19 @@ pub struct Chunks<U, F, O = U> {
     pub rank_start: U,
     /// Rank blocks of [`RANK_BLOCK`] values each (see the module docs).
     pub rank: U,
-    /// Per node, the start of its rows in `row_weight` (length nodes + 1), or empty when no node
-    /// has them (bundles from before rows). A node with rows has no entries.
+    /// Per node, the start of its rows in `row_weight`, or in `row_packed` when the rows are
+    /// packed (length nodes + 1), or empty when no node has them (bundles from before rows). A
+    /// node with rows has no entries.
     pub row_start: U,
-    /// Row weights: per feature position of a row node, one weight per output.
+    /// Row weights: per feature position of a row node, one weight per output. Empty when the
+    /// rows are packed in `row_packed`.
     pub row_weight: F,
+    /// Row weights as bfloat16 pairs, or empty when they are `f32`s in `row_weight` (in bundles
+    /// before format version 4, or written without `weights = "bf16"`): per feature position of
+    /// a row node, ⌈outputs / 2⌉ words, output `2j`'s weight in the low half of word `j` and
+    /// output `2j + 1`'s in the high half (zero past the last output). `row_start` then counts
+    /// words. A tree has one row layout or the other.
+    pub row_packed: U,
 }
 
 /// Which feature index [`ChunksBuilder::push_node_with`] builds for a node.
@@ -572,6 +587,7 @@ impl ChunksBuilder {
             rank: Vec::new(),
             row_start: vec![0],
             row_weight: Vec::new(),
+            row_packed: Vec::new(),
         }
     }
 
@@ -717,6 +733,15 @@ impl ChunksBuilder {
     pub fn narrowed(&self) -> Chunks<&[u32], &[f32], NarrowOuts<'_>> {
         self.with_outs(narrowest(&self.entry_out))
     }
+
+    /// Stores the rows as bfloat16 pairs ([`Chunks::packed_rows`]), as a `weights = "bf16"`
+    /// bundle does.
+    pub fn pack_rows(&mut self) {
+        let (row_start, row_packed) = self.packed_rows();
+        self.row_start = row_start;
+        self.row_packed = row_packed;
+        self.row_weight = Vec::new();
+    }
 }
 
 impl<U, F, O> Chunks<U, F, O>
@@ -750,7 +775,38 @@ where
             rank: &self.rank,
             row_start: &self.row_start,
             row_weight: &self.row_weight,
+            row_packed: &self.row_packed,
         }
+    }
+
+    /// The rows as bfloat16 pairs (see [`Chunks::row_packed`]), each weight rounded to the
+    /// nearest bfloat16 as [`pack_entry`] rounds it: the row offsets, in words, and the words.
+    /// Both are empty when no node has rows.
+    pub fn packed_rows(&self) -> (Vec<u32>, Vec<u32>) {
+        if self.row_start.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let half = |w: f32| pack_entry(0, w) & 0xffff;
+        let mut words = Vec::new();
+        let mut starts = vec![0u32];
+        for node in 0..self.n_nodes() {
+            match self.node_rows(node) {
+                Rows::F32(rows) => {
+                    let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
+                    if let Some(m) = rows.len().checked_div(n_feats).filter(|&m| m > 0) {
+                        for row in rows.chunks_exact(m) {
+                            words.extend(row.chunks(2).map(|pair| {
+                                half(pair[0]) | pair.get(1).map_or(0, |&w| half(w) << 16)
+                            }));
+                        }
+                    }
+                }
+                Rows::Bf16(rows) => words.extend_from_slice(rows),
+            }
+            // No more words than the `f32` rows have weights, whose offsets are `u32`s.
+            starts.push(u32::try_from(words.len()).unwrap_or(u32::MAX));
+        }
+        (starts, words)
     }
 
     /// The entries, in whichever layout they are stored.
@@ -790,8 +846,7 @@ where
             let row = self.node_rows(node);
             for p in first..self.feat_start[node + 1] as usize {
                 // Validated above: a row node holds exactly m weights per feature.
-                let weights = row.get((p - first) * m..(p - first + 1) * m).unwrap_or(&[]);
-                for (o, &w) in weights.iter().enumerate() {
+                for (o, w) in row.weights(p - first, m).into_iter().enumerate() {
                     if w != 0.0 {
                         outs[o].0.push(self.feat[p]);
                         outs[o].1.push(w);
@@ -812,12 +867,18 @@ where
         Ok(b)
     }
 
-    /// Node `node`'s row weights (empty when it stores entries, or in a bundle without rows).
+    /// Node `node`'s rows, in the tree's row layout (empty when it stores entries, or in a
+    /// bundle without rows).
     #[inline]
-    fn node_rows(&self, node: usize) -> &[f32] {
-        match (self.row_start.get(node), self.row_start.get(node + 1)) {
-            (Some(&a), Some(&b)) => self.row_weight.get(a as usize..b as usize).unwrap_or(&[]),
-            _ => &[],
+    fn node_rows(&self, node: usize) -> Rows<'_> {
+        let range = match (self.row_start.get(node), self.row_start.get(node + 1)) {
+            (Some(&a), Some(&b)) => a as usize..b as usize,
+            _ => 0..0,
+        };
+        if self.row_packed.is_empty() {
+            Rows::F32(self.row_weight.get(range).unwrap_or(&[]))
+        } else {
+            Rows::Bf16(self.row_packed.get(range).unwrap_or(&[]))
         }
     }
 
@@ -825,14 +886,16 @@ where
     /// each feature, so the row width is the output count); whole otherwise, as entries name
     /// their outputs. So a caller may pass more slots than the node has outputs (at least
     /// [`OUT_SLOTS`] spare the entry loops their bounds checks), and only the first ones are
-    /// written.
+    /// written. Packed rows round the width up to even: an odd node's last slot is then cut by
+    /// an `acc` of exactly the node's outputs, and otherwise written with `0 · x`, as slots past
+    /// the outputs may be.
     #[inline]
-    fn row_outputs<'a>(&self, node: usize, rows: &[f32], acc: &'a mut [f32]) -> &'a mut [f32] {
+    fn row_outputs<'a>(&self, node: usize, rows: Rows<'_>, acc: &'a mut [f32]) -> &'a mut [f32] {
         let n_feats = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
         if rows.is_empty() || n_feats == 0 {
             return acc;
         }
-        let m = (rows.len() / n_feats).min(acc.len());
+        let m = rows.slots(n_feats).min(acc.len());
         &mut acc[..m]
     }
 
@@ -854,8 +917,14 @@ where
     /// The number of non-zero stored weights (a row's zeros are padding, not weights), so the
     /// count does not depend on the layout.
     pub fn n_weights(&self) -> usize {
+        let packed: usize = self
+            .row_packed
+            .iter()
+            .map(|&w| usize::from(w & 0x7fff != 0) + usize::from(w & 0x7fff_0000 != 0))
+            .sum();
         with_entries!(self.entries(), |e| e.len())
             + self.row_weight.iter().filter(|&&w| w != 0.0).count()
+            + packed
     }
 
     /// Checks every offset, feature id, output index, weight and hash slot, given each node's
@@ -916,17 +985,25 @@ where
             ("rank", self.rank.len()),
             n_nodes,
         )?;
-        check_optional_offsets(
-            ("row_start", &self.row_start),
-            ("row_weight", self.row_weight.len()),
-            n_nodes,
-        )?;
+        let rows = if self.row_packed.is_empty() {
+            ("row_weight", self.row_weight.len())
+        } else {
+            // Packed rows stand in for `row_weight`.
+            expect_len("row_weight", self.row_weight.len(), 0)?;
+            ("row_packed", self.row_packed.len())
+        };
+        check_optional_offsets(("row_start", &self.row_start), rows, n_nodes)?;
         for (node, &m) in n_outputs.iter().enumerate() {
             let n = (self.feat_start[node + 1] - self.feat_start[node]) as usize;
-            let rows = self.node_rows(node).len();
-            // One weight per output for each feature (whether the node also has entries, which
-            // scoring would not read, is left to the O(weights) checks with the rest of them).
-            if rows > 0 && (n == 0 || Some(rows) != n.checked_mul(m)) {
+            let rows = self.node_rows(node);
+            // One weight per output for each feature, or one word per two outputs (whether the
+            // node also has entries, which scoring would not read, is left to the O(weights)
+            // checks with the rest of them).
+            let per_feature = match rows {
+                Rows::F32(_) => m,
+                Rows::Bf16(_) => m.div_ceil(2),
+            };
+            if !rows.is_empty() && (n == 0 || Some(rows.len()) != n.checked_mul(per_feature)) {
                 return Err(ChunkError::Rows { node });
             }
             let len = (self.hash_start[node + 1] - self.hash_start[node]) as usize;
@@ -1017,9 +1094,25 @@ where
             if !rows.is_empty() && a != b {
                 return Err(ChunkError::Rows { node });
             }
-            let row_exp = rows
-                .iter()
-                .fold(0u32, |acc, w| acc.max(w.to_bits() & F32_EXP));
+            let (row_exp, pad) = match rows {
+                Rows::F32(r) => (r.iter().fold(0u32, |e, w| e.max(w.to_bits() & F32_EXP)), 0),
+                Rows::Bf16(r) => {
+                    let exp = r
+                        .iter()
+                        .fold(0u32, |e, &w| e.max(w & F32_EXP).max((w << 16) & F32_EXP));
+                    // An odd row's last high half is padding, and must be zero.
+                    let pad = match (m % 2, m.div_ceil(2)) {
+                        (1, w) => r
+                            .chunks(w)
+                            .fold(0, |p, row| p | row.last().map_or(0, |&x| x >> 16)),
+                        _ => 0,
+                    };
+                    (exp, pad)
+                }
+            };
+            if pad != 0 {
+                return Err(ChunkError::Rows { node });
+            }
             if row_exp == F32_EXP {
                 return Err(ChunkError::Weight { node });
             }
@@ -1114,7 +1207,7 @@ where
         &self,
         node: usize,
         blocks: &[u32],
-        rows: &[f32],
+        rows: Rows<'_>,
         q_idx: &[u32],
         q_val: &[f32],
         acc: &mut [f32],
@@ -1146,7 +1239,7 @@ where
     fn hash_lookup(
         &self,
         node: usize,
-        rows: &[f32],
+        rows: Rows<'_>,
         q_idx: &[u32],
         q_val: &[f32],
         acc: &mut [f32],
@@ -1199,12 +1292,21 @@ where
     /// features start at `start`), times `val`, to `acc`: from `rows` when the node has them,
     /// else from its entries (first every entry range, then every entry).
     #[inline]
-    fn add_found(&self, start: usize, rows: &[f32], pos: &[usize], val: &[f32], acc: &mut [f32]) {
-        if !rows.is_empty() {
-            for (&p, &x) in pos.iter().zip(val) {
-                add_row(rows, p, x, acc);
+    fn add_found(&self, start: usize, rows: Rows<'_>, pos: &[usize], val: &[f32], acc: &mut [f32]) {
+        match rows {
+            Rows::F32(r) if !r.is_empty() => {
+                for (&p, &x) in pos.iter().zip(val) {
+                    add_row(r, p, x, acc);
+                }
+                return;
             }
-            return;
+            Rows::Bf16(r) if !r.is_empty() => {
+                for (&p, &x) in pos.iter().zip(val) {
+                    add_row_bf16(r, p, x, acc);
+                }
+                return;
+            }
+            _ => {}
         }
         with_entries!(self.entries(), |e| add_found_entries(
             e,
@@ -1226,7 +1328,7 @@ where
 
     /// [`Chunks::score_scan`] with node `node`'s rows already looked up.
     #[inline]
-    fn scan(&self, node: usize, rows: &[f32], dense: &[f32], acc: &mut [f32]) {
+    fn scan(&self, node: usize, rows: Rows<'_>, dense: &[f32], acc: &mut [f32]) {
         let start = self.feat_start[node] as usize;
         let feats = &self.feat[start..self.feat_start[node + 1] as usize];
         for (p, &f) in feats.iter().enumerate() {
@@ -1235,7 +1337,7 @@ where
                 if rows.is_empty() {
                     self.add_entries(start + p, x, acc);
                 } else {
-                    add_row(rows, p, x, acc);
+                    rows.add(p, x, acc);
                 }
             }
         }
@@ -1259,7 +1361,7 @@ where
                     if rows.is_empty() {
                         self.add_entries(start + lo + p, x, acc);
                     } else {
-                        add_row(rows, lo + p, x, acc);
+                        rows.add(lo + p, x, acc);
                     }
                     lo += p + 1;
                 }
@@ -1347,6 +1449,61 @@ fn rank_find(
     found
 }
 
+/// One node's rows over a plain slice, in either stored layout (empty when the node stores
+/// entries).
+#[derive(Clone, Copy, Debug)]
+enum Rows<'a> {
+    /// One `f32` per output.
+    F32(&'a [f32]),
+    /// Two bfloat16 weights per word (see [`Chunks::row_packed`]).
+    Bf16(&'a [u32]),
+}
+
+impl Rows<'_> {
+    /// The stored length, in weights or words.
+    fn len(self) -> usize {
+        match self {
+            Rows::F32(r) => r.len(),
+            Rows::Bf16(r) => r.len(),
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The weight slots per feature when the rows cover `n_feats` features (not 0): the node's
+    /// outputs, rounded up to even when packed.
+    fn slots(self, n_feats: usize) -> usize {
+        match self {
+            Rows::F32(r) => r.len() / n_feats,
+            Rows::Bf16(r) => 2 * (r.len() / n_feats),
+        }
+    }
+
+    /// Adds row `p` times `x` to `acc`, one weight per slot (see [`add_row`]).
+    #[inline]
+    fn add(self, p: usize, x: f32, acc: &mut [f32]) {
+        match self {
+            Rows::F32(r) => add_row(r, p, x, acc),
+            Rows::Bf16(r) => add_row_bf16(r, p, x, acc),
+        }
+    }
+
+    /// Row `p`'s `m` weights (none when past the end).
+    fn weights(self, p: usize, m: usize) -> Vec<f32> {
+        match self {
+            Rows::F32(r) => r.get(p * m..p * m + m).unwrap_or(&[]).to_vec(),
+            Rows::Bf16(r) => {
+                let w = m.div_ceil(2);
+                let row = r.get(p * w..p * w + w).unwrap_or(&[]);
+                let halves = row.iter().flat_map(|&x| [x << 16, x & 0xffff_0000]);
+                halves.take(m).map(f32::from_bits).collect()
+            }
+        }
+    }
+}
+
 /// Adds row `p` of a node's `rows` (one weight per slot of `acc`) times `x` to `acc`. A row past
 /// the end (only a bundle opened without the O(weights) checks can ask for one) adds nothing.
 #[inline]
@@ -1355,6 +1512,25 @@ fn add_row(rows: &[f32], p: usize, x: f32, acc: &mut [f32]) {
     if let Some(row) = rows.get(p * m..p * m + m) {
         for (a, &w) in acc.iter_mut().zip(row) {
             *a += w * x;
+        }
+    }
+}
+
+/// [`add_row`] for packed rows: row `p` of `words`, ⌈`acc.len()` / 2⌉ words of two bfloat16
+/// weights each, the low half first.
+#[inline]
+fn add_row_bf16(words: &[u32], p: usize, x: f32, acc: &mut [f32]) {
+    let m = acc.len();
+    let w = m.div_ceil(2);
+    if let Some(row) = words.get(p * w..p * w + w) {
+        let (pairs, last) = acc.split_at_mut(m & !1);
+        for (a, &word) in pairs.chunks_exact_mut(2).zip(row) {
+            a[0] += f32::from_bits(word << 16) * x;
+            a[1] += f32::from_bits(word & 0xffff_0000) * x;
+        }
+        // An odd row's last word holds one weight (and zero padding).
+        if let (Some(a), Some(&word)) = (last.first_mut(), row.last()) {
+            *a += f32::from_bits(word << 16) * x;
         }
     }
 }
@@ -2029,6 +2205,93 @@ mod tests {
         assert!(!old.has_rows(0));
     }
 
+    #[test]
+    fn packed_rows_hold_two_bfloat16_weights_a_word() {
+        let mut b = nodes_as([
+            (IndexChoice::Rank, RowChoice::Rows),
+            (IndexChoice::Hash, RowChoice::Rows),
+        ]);
+        let f32_rows = b.clone();
+        b.pack_rows();
+        // Node 0: 2 outputs, one word per feature: [1, 0], [2, 3], [0, 4]. Node 1: 3 outputs, two
+        // words per feature, the second's high half padding: [0.5, 0, 0], [0, 0, -1].
+        assert_eq!(b.row_start, vec![0, 3, 7]);
+        assert_eq!(
+            b.row_packed,
+            vec![0x3f80, 0x4040_4000, 0x4080_0000, 0x3f00, 0, 0, 0xbf80]
+        );
+        assert!(b.row_weight.is_empty());
+        b.validate(&[2, 3], 10).unwrap();
+        assert!(b.has_rows(0) && b.has_rows(1));
+        assert_eq!(b.n_weights(), f32_rows.n_weights());
+        // Packing again (or packing packed rows) changes nothing.
+        assert_eq!(b.packed_rows(), (b.row_start.clone(), b.row_packed.clone()));
+        // These weights are bfloat16 values already, so every lookup scores as the f32 rows do,
+        // an odd node too, whether `acc` has exactly its outputs or spare slots (which get
+        // `0 · x`, as any slot past the outputs may).
+        let q = ([0u32, 1, 5, 7, 9], [1.5f32, 2.0, 1.0, 0.5, 3.0]);
+        let mut dense = vec![0.0; 10];
+        for (&i, &v) in q.0.iter().zip(&q.1) {
+            dense[i as usize] = v;
+        }
+        for (node, m) in [(0, 2), (1, 3)] {
+            for how in 0..4 {
+                let want = score_by(&f32_rows.borrowed(), node, how, (&q.0, &q.1, &dense), m);
+                let got = score_by(&b.borrowed(), node, how, (&q.0, &q.1, &dense), m);
+                assert_eq!(got, want, "node {node}, lookup {how}");
+                let spare = score_by(&b.borrowed(), node, how, (&q.0, &q.1, &dense), m + 3);
+                assert_eq!(spare[..m], want[..], "node {node}, lookup {how}");
+                assert_eq!(spare[m..], [0.0; 3]);
+            }
+        }
+        assert_eq!(
+            b.rebuilt(&[2, 3], IndexChoice::Smaller).unwrap(),
+            f32_rows.rebuilt(&[2, 3], IndexChoice::Smaller).unwrap()
+        );
+    }
+
+    #[test]
+    fn validate_refuses_bad_packed_rows() {
+        let mut b = nodes_as([
+            (IndexChoice::Rank, RowChoice::Rows),
+            (IndexChoice::Hash, RowChoice::Rows),
+        ]);
+        b.pack_rows();
+        let check = |f: &dyn Fn(&mut ChunksBuilder)| {
+            let mut bad = b.clone();
+            f(&mut bad);
+            (bad.validate_structure(&[2, 3]), bad.validate(&[2, 3], 10))
+        };
+        // A row a word short (node 1 holds two words per feature, not 3 / 2 rounded down).
+        let short = check(&|c| {
+            c.row_packed.pop();
+            c.row_start[2] = 6;
+        });
+        assert_eq!(short.0, Err(ChunkError::Rows { node: 1 }));
+        // Both row layouts at once.
+        assert!(matches!(
+            check(&|c| c.row_weight.push(1.0)).0,
+            Err(ChunkError::Length {
+                array: "row_weight",
+                ..
+            })
+        ));
+        // Offsets past the packed rows.
+        assert!(matches!(
+            check(&|c| c.row_start[2] = 8).0,
+            Err(ChunkError::Offsets { .. })
+        ));
+        // A non-zero padding half, or a weight that is not finite in either half: the structure
+        // is sound, the full check refuses them.
+        let pad = check(&|c| c.row_packed[4] |= 0x3f80 << 16);
+        assert_eq!(pad, (Ok(()), Err(ChunkError::Rows { node: 1 })));
+        for (at, bits) in [(1, 0x7fc0), (1, 0x7f80 << 16), (6, 0xff80)] {
+            let node = usize::from(at >= 3);
+            let bad = check(&|c| c.row_packed[at] = bits);
+            assert_eq!(bad, (Ok(()), Err(ChunkError::Weight { node })), "{at}");
+        }
+    }
+
     /// Rows whose structure was checked but whose rank counts were not (a bundle opened
     /// without the O(weights) checks) can point past the rows: scoring adds nothing there.
     #[test]
@@ -2132,6 +2395,22 @@ mod tests {
             b.score_hash(3, &q_idx, &q_val, &mut rc);
             b.score_rank(4, &q_idx, &q_val, &mut rr);
             assert_eq!((&ra, &rb, &rc, &rr), (&a, &bb, &c, &r));
+            // Packed rows score as `f32` rows holding the same bfloat16 values, to the bit,
+            // odd output counts included.
+            let mut rounded = b.clone();
+            rounded
+                .row_weight
+                .iter_mut()
+                .for_each(|w| *w = round_bf16(*w));
+            let mut packed = b.clone();
+            packed.pack_rows();
+            packed.validate(&[m; 5], d as usize).unwrap();
+            assert_eq!(packed.n_weights(), rounded.n_weights());
+            let q = (&q_idx[..], &q_val[..], &dense[..]);
+            for (node, how) in [3, 4].into_iter().flat_map(|n| (0..4).map(move |h| (n, h))) {
+                let want = score_by(&rounded.borrowed(), node, how, q, m);
+                assert_eq!(score_by(&packed.borrowed(), node, how, q, m), want);
+            }
         }
     }
 
