@@ -7,9 +7,9 @@
 //! stores, not the container). Reading each must keep working for as long as this xmc claims to
 //! read its version. The writer must reproduce the file of the version it writes byte for byte;
 //! once the format moves on, keep the read test and retire only the byte comparison (as version
-//! 1's was when version 2 came, version 2's when version 3 came, and version 3's when 4 came). To regenerate the current version's file after a deliberate change
-//! (which breaks every deployed model, so think twice), run with
-//! `XMC_BLESS_GOLDEN=1`.
+//! 1's was when version 2 came, version 2's when version 3 came, and version 3's when 4 came).
+//! To regenerate the current version's file after a deliberate change (which breaks every
+//! deployed model, so think twice), run with `XMC_BLESS_GOLDEN=1`.
 
 // Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
