@@ -47,12 +47,8 @@ use xmc::model::{Model, PredictOptions};
 /// weight, and checks what every version of it holds: its name, shape, content version
 /// `content`, seven nodes and no names.
 fn open_golden(version: u32, content: &str) -> Model {
-    let model = open_verified(&format!("model-v{version}.xmcb"));
-    assert_eq!(model.bundle().format_version(), version);
-    let meta = model.meta();
-    assert_eq!(meta.name, "tiny");
-    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
-    assert_eq!(meta.version, content);
+    let file = format!("model-v{version}.xmcb");
+    let model = open_as(&file, (version, "tiny", content), (10, 6, 1));
     assert_eq!(model.trees()[0].n_nodes(), 7);
     assert!(model.label_names().is_none() && model.feature_names().is_none());
     model
@@ -64,8 +60,10 @@ fn golden_model_v1_opens_verifies_and_predicts_as_recorded() {
     assert_recorded(&model, [0.544_467_1, 0.460_923_22, 0.249_387_2]);
 }
 
-/// Opens golden file `file`, verifying every checksum and weight.
-fn open_verified(file: &str) -> Model {
+/// Opens golden file `file`, verifying every checksum and weight, and checks its format
+/// version, name and content version (`recorded`) and its features, labels and trees (`shape`).
+fn open_as(file: &str, recorded: (u32, &str, &str), shape: (usize, usize, usize)) -> Model {
+    let (version, name, content) = recorded;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/golden")
         .join(file);
@@ -73,7 +71,13 @@ fn open_verified(file: &str) -> Model {
         verify_checksums: true,
         ..OpenOptions::default()
     };
-    Model::open(&path, &options).unwrap()
+    let model = Model::open(&path, &options).unwrap();
+    assert_eq!(model.bundle().format_version(), version);
+    let meta = model.meta();
+    assert_eq!(meta.name, name);
+    assert_eq!((meta.n_features, meta.n_labels, meta.trees), shape);
+    assert_eq!(meta.version, content);
+    model
 }
 
 /// The top 3 for the query `1:1 4:1 7:1` are labels 0, 5 and 3 with these scores, as recorded
@@ -128,12 +132,8 @@ fn golden_model_v4_opens_verifies_and_predicts_as_recorded() {
 
 #[test]
 fn golden_model_v4_with_packed_rows_opens_verifies_and_predicts_as_recorded() {
-    let model = open_verified("model-v4-bf16.xmcb");
-    assert_eq!(model.bundle().format_version(), 4);
-    let meta = model.meta();
-    assert_eq!(meta.name, "tiny-bf16");
-    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (10, 6, 1));
-    assert_eq!(meta.version, "8798c140eb5412d6");
+    let recorded = (4, "tiny-bf16", "8798c140eb5412d6");
+    let model = open_as("model-v4-bf16.xmcb", recorded, (10, 6, 1));
     let section = model.bundle().section("tree.0.chunk.row_packed").unwrap();
     assert_eq!(section.dtype, xmc::bundle::Dtype::U32);
     assert!(model.bundle().section("tree.0.chunk.row_weight").is_none());
@@ -151,12 +151,8 @@ fn golden_model_v4_with_packed_rows_opens_verifies_and_predicts_as_recorded() {
 
 #[test]
 fn golden_packed_bf16_model_opens_verifies_and_predicts_as_recorded() {
-    let model = open_verified("model-v3-bf16.xmcb");
-    assert_eq!(model.bundle().format_version(), 3);
-    let meta = model.meta();
-    assert_eq!(meta.name, "small-bf16");
-    assert_eq!((meta.n_features, meta.n_labels, meta.trees), (300, 20, 1));
-    assert_eq!(meta.version, "50456b06ebf97db7");
+    let recorded = (3, "small-bf16", "50456b06ebf97db7");
+    let model = open_as("model-v3-bf16.xmcb", recorded, (300, 20, 1));
     let section = model.bundle().section("tree.0.chunk.entry").unwrap();
     assert_eq!(section.dtype, xmc::bundle::Dtype::U32);
     assert!(model.bundle().section("tree.0.chunk.entry_out").is_none());

@@ -1525,12 +1525,12 @@ fn add_row_bf16(words: &[u32], p: usize, x: f32, acc: &mut [f32]) {
     if let Some(row) = words.get(p * w..p * w + w) {
         let (pairs, last) = acc.split_at_mut(m & !1);
         for (a, &word) in pairs.chunks_exact_mut(2).zip(row) {
-            a[0] += f32::from_bits(word << 16) * x;
+            a[0] += packed_weight(word) * x;
             a[1] += f32::from_bits(word & 0xffff_0000) * x;
         }
         // An odd row's last word holds one weight (and zero padding).
         if let (Some(a), Some(&word)) = (last.first_mut(), row.last()) {
-            *a += f32::from_bits(word << 16) * x;
+            *a += packed_weight(word) * x;
         }
     }
 }
