@@ -45,6 +45,9 @@ pub struct Step {
     /// The host's steal time over the measured run, ms summed over every CPU (see
     /// [`crate::server::host_steal_s`]).
     pub steal_ms: Option<f64>,
+    /// The server's CPU time, its threads' run-queue wait and its major faults over the
+    /// measured run, when this tool started the server.
+    pub server: Option<crate::server::ProcTimes>,
 }
 
 /// The max-rate search for one (model, endpoint).
@@ -104,8 +107,8 @@ pub struct HotSwapReport {
     pub slowest: Vec<Slow>,
     /// The first and the last failed request's scheduled time, seconds into the run.
     pub failed_span: Option<(f64, f64)>,
-    /// The whole run in 10 s windows: (start s, summary, the host's steal time in it, ms).
-    pub timeline: Vec<(f64, Summary, Option<f64>)>,
+    /// The whole run in 10 s windows.
+    pub timeline: Vec<Window>,
     /// Failed requests over the whole run (errors plus abandoned).
     pub failed: u64,
     /// Model versions in the responses, with counts.
@@ -132,6 +135,10 @@ pub struct HotSwapReport {
     /// The host's steal time (ms, every CPU together) before, during and after the swaps: time
     /// the VM's CPUs waited for the hypervisor, which stalls the server and the generator alike.
     pub steal_ms: [Option<f64>; 3],
+    /// The server's CPU time, its threads' run-queue wait and its major faults before, during
+    /// and after the swaps (to the 50 ms sampling around each phase): a phase whose tail grew
+    /// with the wait had requests waiting for a core; with the faults, for the disk.
+    pub server: [Option<crate::server::ProcTimes>; 3],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
     /// Both bundles + 64 MiB, kB.
@@ -153,6 +160,21 @@ pub struct Slow {
     pub predict_ms: Option<f64>,
     /// What the machine's CPUs did over at least that wait (to the sampling's 50 ms).
     pub machine: Option<Span>,
+    /// What the server's counters did over the same span.
+    pub server: Option<crate::server::ProcTimes>,
+}
+
+/// Ten seconds of a hot-swap run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Window {
+    /// Its start, seconds into the run.
+    pub from_s: f64,
+    /// The requests scheduled in it.
+    pub summary: Summary,
+    /// The host's steal time in it, ms.
+    pub steal_ms: Option<f64>,
+    /// The server's counters' growth over it (to the 50 ms sampling).
+    pub server: Option<crate::server::ProcTimes>,
 }
 
 /// What the machine's CPUs did over a span of time.
@@ -336,14 +358,17 @@ pub fn markdown(r: &Report) -> String {
             m,
             "## Max rate: {} `{}` (p99 ≤ {} ms, no errors, ≥ 95% achieved)\n\n\
              | offered | achieved | p50 ms | p99 ms | p99.9 ms | errors | generator lag p99 ms | \
-             host steal ms | pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+             host steal ms | server CPU µs/request | server run-queue wait ms | server major \
+             faults | pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
             x.label, x.endpoint, x.target_p99_ms
         );
         for st in x.steps.iter().chain(&x.half) {
             let s = &st.summary;
+            let srv = st.server.as_ref();
             let _ = writeln!(
                 m,
-                "| {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} |",
+                "| {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {} | {} | {} | {} | {} | \
+                 {} |",
                 st.rate,
                 s.achieved_rps,
                 s.latency.p50_ms,
@@ -352,6 +377,13 @@ pub fn markdown(r: &Report) -> String {
                 s.errors,
                 s.lag.p99_ms,
                 f(st.steal_ms, 0),
+                f(
+                    srv.filter(|_| s.scheduled > 0)
+                        .map(|x| x.cpu_ms * 1e3 / s.scheduled as f64),
+                    1
+                ),
+                f(srv.map(|x| x.run_wait_ms), 0),
+                srv.map_or("–".to_string(), |x| x.major_faults.to_string()),
                 if st.pass { "yes" } else { "no" },
                 la(st.loadavg)
             );
@@ -455,19 +487,24 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             m,
             "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
-             | from s | requests | p50 ms | p99 ms | max ms | host steal ms |\n\
-             |---:|---:|---:|---:|---:|---:|",
+             | from s | requests | p50 ms | p99 ms | max ms | host steal ms | server run-queue \
+             wait ms | server major faults |\n|---:|---:|---:|---:|---:|---:|---:|---:|",
             h.swaps_start_s
         );
-        for (from, s, steal) in &h.timeline {
+        for w in &h.timeline {
+            let s = &w.summary;
             let _ = writeln!(
                 m,
-                "| {from:.0} | {} | {:.3} | {:.3} | {:.3} | {} |",
+                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+                w.from_s,
                 s.scheduled,
                 s.latency.p50_ms,
                 s.latency.p99_ms,
                 s.latency.max_ms,
-                f(*steal, 0)
+                f(w.steal_ms, 0),
+                f(w.server.map(|x| x.run_wait_ms), 1),
+                w.server
+                    .map_or("–".to_string(), |x| x.major_faults.to_string())
             );
         }
         let slowest = h
@@ -482,8 +519,16 @@ pub fn markdown(r: &Report) -> String {
                         s.ms, c.user, c.system, c.irq, c.idle, c.steal
                     )
                 });
+                let server = x.server.map_or(String::new(), |s| {
+                    format!(
+                        "; the server's threads waited {:.1} ms for a CPU and took {} major \
+                         faults",
+                        s.run_wait_ms, s.major_faults
+                    )
+                });
                 format!(
-                    "{:.1} ms at {:.2} s (generator lag {:.1} ms, prediction {} ms{machine})",
+                    "{:.1} ms at {:.2} s (generator lag {:.1} ms, prediction {} ms{machine}\
+                     {server})",
                     x.ms,
                     x.at_s,
                     x.lag_ms,
@@ -534,6 +579,24 @@ pub fn markdown(r: &Report) -> String {
             ),
             _ => "not read".to_string(),
         };
+        // A phase's wait, also per second of the phase: the phases differ in length.
+        let phase_s = [Some(&h.before), Some(&h.during), h.after.as_ref()].map(|s| {
+            s.filter(|s| s.offered_rps > 0.0)
+                .map(|s| s.scheduled as f64 / s.offered_rps)
+        });
+        let wait = |i: usize| {
+            h.server[i]
+                .zip(phase_s[i])
+                .map_or("–".to_string(), |(x, secs)| {
+                    format!(
+                        "{:.0} ms ({:.1} ms/s)",
+                        x.run_wait_ms,
+                        x.run_wait_ms / secs.max(1e-9)
+                    )
+                })
+        };
+        let faults =
+            |i: usize| h.server[i].map_or("–".to_string(), |x| x.major_faults.to_string());
         let _ = writeln!(
             m,
             "\n- failed requests: **{}**\n- {ratio}\n- peak server \
@@ -542,7 +605,9 @@ pub fn markdown(r: &Report) -> String {
              stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n\
              - server CPU per request: {cpu}\n- the server's own time per prediction \
              (`stats.elapsed_us`), p50 / p99: {} before, {} during, {} after the swaps\n\
-             - host steal time (every CPU): {} ms before, {} ms during, {} ms after the swaps\n",
+             - host steal time (every CPU): {} ms before, {} ms during, {} ms after the swaps\n\
+             - the server's threads' run-queue wait: {} before, {} during, {} after the swaps; \
+             its major faults: {} before, {} during, {} after\n",
             h.failed,
             mb(peak),
             mb(h.peak_rss_kb_sampled),
@@ -563,7 +628,13 @@ pub fn markdown(r: &Report) -> String {
             pt(&h.predict_time[2]),
             f(h.steal_ms[0], 0),
             f(h.steal_ms[1], 0),
-            f(h.steal_ms[2], 0)
+            f(h.steal_ms[2], 0),
+            wait(0),
+            wait(1),
+            wait(2),
+            faults(0),
+            faults(1),
+            faults(2)
         );
     }
     m

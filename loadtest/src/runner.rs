@@ -29,6 +29,15 @@ pub struct Ctx {
     pub senders: Option<Senders>,
 }
 
+/// A measured run and what was happening around it.
+struct Measured {
+    r: RunResult,
+    /// The host's steal time over the run, ms.
+    steal_ms: Option<f64>,
+    /// The server's counters' growth over the run, when this tool started it.
+    server: Option<server::ProcTimes>,
+}
+
 /// The 1-minute load average, if readable.
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -77,34 +86,46 @@ impl Ctx {
         Ok(())
     }
 
-    /// A warm-up (unmeasured) then a measured run at `rate`, with the host's steal time over
-    /// the measured run.
+    /// A warm-up (unmeasured) then a measured run at `rate`, with what the host and the
+    /// server (process `pid`, when this tool started it) went through over the measured run.
     async fn measure(
         &self,
         target: &Target,
+        pid: Option<u32>,
         rate: f64,
-        keep: bool,
-    ) -> anyhow::Result<(RunResult, Option<f64>)> {
+    ) -> anyhow::Result<Measured> {
         self.warm_up(target, rate).await?;
         // Every measured run replays the queries from the first, so the rates of one model
         // answer the same queries.
-        let spec = self.spec(rate, self.scenario.load.duration_s, keep, 0);
-        self.run_with_steal(target, &spec).await
+        let spec = self.spec(rate, self.scenario.load.duration_s, false, 0);
+        self.run_watched(target, pid, &spec).await
     }
 
     /// One run of `spec`, with the host's steal time over it (ms, every CPU together; see
-    /// [`server::host_steal_s`]).
-    async fn run_with_steal(
+    /// [`server::host_steal_s`]) and the growth of the server's counters (process `pid`).
+    async fn run_watched(
         &self,
         target: &Target,
+        pid: Option<u32>,
         spec: &RunSpec,
-    ) -> anyhow::Result<(RunResult, Option<f64>)> {
+    ) -> anyhow::Result<Measured> {
+        let mut sampler = pid.map(server::ProcSampler::new);
+        let server_before = sampler.as_mut().and_then(server::ProcSampler::read);
         let before = server::host_steal_s();
         let r = self.load(target, spec).await?;
         let steal_ms = server::host_steal_s()
             .zip(before)
             .map(|(after, before)| (after - before) * 1e3);
-        Ok((r, steal_ms))
+        let server = sampler
+            .as_mut()
+            .and_then(server::ProcSampler::read)
+            .zip(server_before)
+            .map(|(after, before)| after.since(&before));
+        Ok(Measured {
+            r,
+            steal_ms,
+            server,
+        })
     }
 
     /// The server of one `[[models]]` entry: started on its bundle, or found at its URL. A
@@ -283,8 +304,18 @@ async fn depth_vs_latency(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::R
 }
 
 /// One max-rate trial: passes with no errors, achieved ≥ 95% of offered, p99 ≤ target.
-async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> anyhow::Result<Step> {
-    let (r, steal_ms) = ctx.measure(target, rate, false).await?;
+async fn trial(
+    ctx: &Ctx,
+    target: &Target,
+    pid: Option<u32>,
+    rate: f64,
+    mr: &MaxRate,
+) -> anyhow::Result<Step> {
+    let Measured {
+        r,
+        steal_ms,
+        server,
+    } = ctx.measure(target, pid, rate).await?;
     let summary = stats::summarize_run(&r);
     let pass = !r.cancelled
         && summary.errors == 0
@@ -304,6 +335,7 @@ async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> anyhow::R
         summary,
         loadavg: loadavg(),
         steal_ms,
+        server,
     })
 }
 
@@ -312,12 +344,13 @@ async fn trial(ctx: &Ctx, target: &Target, rate: f64, mr: &MaxRate) -> anyhow::R
 async fn attempt(
     ctx: &Ctx,
     target: &Target,
+    pid: Option<u32>,
     rate: f64,
     mr: &MaxRate,
     steps: &mut Vec<Step>,
 ) -> anyhow::Result<bool> {
     for _ in 0..=mr.retries {
-        let st = trial(ctx, target, rate, mr).await?;
+        let st = trial(ctx, target, pid, rate, mr).await?;
         let pass = st.pass;
         steps.push(st);
         if pass {
@@ -336,6 +369,7 @@ async fn attempt(
 async fn find_max(
     ctx: &Ctx,
     target: &Target,
+    pid: Option<u32>,
     mr: &MaxRate,
 ) -> anyhow::Result<(Vec<Step>, f64, bool)> {
     let mut steps = Vec::new();
@@ -343,7 +377,7 @@ async fn find_max(
     let mut at_ceiling = false;
     let mut rate = mr.start_rate;
     while rate <= mr.ceiling && !ctx.cancel.is_cancelled() {
-        if attempt(ctx, target, rate, mr, &mut steps).await? {
+        if attempt(ctx, target, pid, rate, mr, &mut steps).await? {
             lo = rate;
             if rate >= mr.ceiling {
                 at_ceiling = true;
@@ -361,7 +395,7 @@ async fn find_max(
                 break;
             }
             let mid = if lo > 0.0 { (lo + hi) / 2.0 } else { hi / 2.0 };
-            if attempt(ctx, target, mid, mr, &mut steps).await? {
+            if attempt(ctx, target, pid, mid, mr, &mut steps).await? {
                 lo = mid;
             } else {
                 hi = mid;
@@ -397,7 +431,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
             // each search and another for the run at half the max rate.
             let mut srv = ctx.model_server(m, &format!("-{ep}")).await?;
             let target = target_of(&srv.url)?;
-            let (steps, max, at_ceiling) = find_max(ctx, &target, &mr).await?;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, srv.pid(), &mr).await?;
             let mut entry = MaxRateReport {
                 label: m.label.clone(),
                 endpoint: ep.clone(),
@@ -420,7 +454,11 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                         &ctx.spec(max / 2.0, ctx.scenario.load.warmup_s.max(0.5), false, 0),
                     )
                     .await?;
-                let (r, steal_ms) = ctx.run_with_steal(&target, &spec).await?;
+                let Measured {
+                    r,
+                    steal_ms,
+                    server,
+                } = ctx.run_watched(&target, srv.pid(), &spec).await?;
                 let summary = stats::summarize_run(&r);
                 eprintln!(
                     "  half max ({:.0} req/s, {} s): p50 {:.3} ms, p99 {:.3} ms, errors {}",
@@ -436,6 +474,7 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
                     summary,
                     loadavg: la,
                     steal_ms,
+                    server,
                 });
             }
             rep.max_rate.push(entry);
@@ -446,10 +485,10 @@ async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Resul
     Ok(())
 }
 
-/// The server's CPU seconds at `t` (seconds since the run's start), from the first sample at or
-/// after it; `None` when no sample is that late.
-fn cpu_at(samples: &[(f64, f64)], t: f64) -> Option<f64> {
-    samples.iter().find(|x| x.0 >= t).map(|x| x.1)
+/// The reading at `t` (seconds since the run's start): the first sample at or after it; `None`
+/// when no sample is that late.
+fn at<T>(samples: &[Sampled<T>], t: f64) -> Option<&T> {
+    samples.iter().find(|x| x.0 >= t).map(|x| &x.1)
 }
 
 /// A reading taken at a time (seconds since the run's start).
@@ -524,7 +563,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 .server_for(Some(&link), None, "hot-swap-max-rate", &env)
                 .await?;
             let target = predict_target(&probe.url, q)?;
-            let (steps, max, at_ceiling) = find_max(ctx, &target, mr).await?;
+            let (steps, max, at_ceiling) = find_max(ctx, &target, probe.pid(), mr).await?;
             rep.max_rate.push(MaxRateReport {
                 label: "hot-swap bundle A".into(),
                 endpoint: "predict".into(),
@@ -561,6 +600,8 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     spec.max_requests = None;
     let t0 = Instant::now();
     let machine_at_start = server::machine_cpu();
+    let mut proc = pid.map(server::ProcSampler::new);
+    let proc_at_start = proc.as_mut().and_then(server::ProcSampler::read);
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -629,29 +670,32 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         let cancel = ctx.cancel.clone();
         tokio::spawn(async move {
             let mut peak = 0u64;
-            let (mut cpu, mut machine) = (Vec::new(), Vec::new());
+            let (mut procs, mut machine) = (Vec::new(), Vec::new());
             let end = t0 + Duration::from_secs_f64(total + 1.0);
             while Instant::now() < end && !cancel.is_cancelled() {
                 if let Some(kb) = pid.and_then(|p| server::proc_status_kb(p, "VmRSS")) {
                     peak = peak.max(kb);
                 }
-                if let Some(s) = pid.and_then(server::proc_cpu_s) {
-                    cpu.push((t0.elapsed().as_secs_f64(), s));
+                if let Some(s) = proc.as_mut().and_then(server::ProcSampler::read) {
+                    procs.push((t0.elapsed().as_secs_f64(), s));
                 }
                 if let Some(m) = server::machine_cpu() {
                     machine.push((t0.elapsed().as_secs_f64(), m));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            (peak, cpu, machine)
+            (peak, procs, machine)
         })
     };
     let load_before = loadavg();
     let r = ctx.load(&target, &spec).await?;
     let log = swapper.await.unwrap_or_default();
-    let (sampled_peak, cpu, mut machine) = sampler.await.unwrap_or_default();
+    let (sampled_peak, mut procs, mut machine) = sampler.await.unwrap_or_default();
     if let Some(m) = machine_at_start {
         machine.insert(0, (0.0, m));
+    }
+    if let Some(p) = proc_at_start {
+        procs.insert(0, (0.0, p));
     }
     // What the machine's CPUs did over at least `[from, to]`, to the sampling's 50 ms.
     let machine_over = |from: f64, to: f64| {
@@ -660,6 +704,8 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             cpu_ms: b.1.since(&a.1, 1e3),
         })
     };
+    // What the server's counters did over at least `[from, to]`, likewise.
+    let server_over = |from: f64, to: f64| around(&procs, from, to).map(|(a, b)| b.1.since(&a.1));
     let hwm = pid.and_then(|p| server::proc_status_kb(p, "VmHWM"));
     let reloads_after = reload_metrics(&ctx.client, &srv.url).await;
     // The engine's clock starts ~5 ms after t0; the 1 s-granular phases do not care.
@@ -671,8 +717,8 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let after = (h.after_s > 0.0).then(|| stats::summarize_window(&r, last, last + h.after_s));
     let without = stats::summarize_windows(&r, &[(0.0, before_end), (last, last + h.after_s)]);
     let cpu_us = |from: f64, to: f64, s: &stats::Summary| {
-        let spent = cpu_at(&cpu, to)? - cpu_at(&cpu, from)?;
-        (s.scheduled > 0).then(|| spent * 1e6 / s.scheduled as f64)
+        let spent_ms = at(&procs, to)?.since(at(&procs, from)?).cpu_ms;
+        (s.scheduled > 0).then(|| spent_ms * 1e3 / s.scheduled as f64)
     };
     let cpu_us_per_request = [
         cpu_us(0.0, before_end, &before),
@@ -681,8 +727,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .as_ref()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
-    let steal_ms = [(0.0, before_end), (first, last), (last, last + h.after_s)]
-        .map(|(from, to)| machine_over(from, to).map(|s| s.cpu_ms.steal));
+    let phases = [(0.0, before_end), (first, last), (last, last + h.after_s)];
+    let steal_ms = phases.map(|(from, to)| machine_over(from, to).map(|s| s.cpu_ms.steal));
+    let server = phases.map(|(from, to)| server_over(from, to));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
     let mut slowest: Vec<&engine::Sample> = r.samples.iter().filter(|x| x.ok()).collect();
@@ -711,6 +758,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 lag_ms: x.lag_us as f64 / 1e3,
                 predict_ms,
                 machine: machine_over(at_s, at_s + ms / 1e3),
+                server: server_over(at_s, at_s + ms / 1e3),
             }
         })
         .collect();
@@ -743,11 +791,12 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .map(|i| {
             let from = i as f64 * step;
             let to = (from + step).min(total);
-            (
-                from,
-                stats::summarize_window(&r, from, to),
-                machine_over(from, to).map(|s| s.cpu_ms.steal),
-            )
+            report::Window {
+                from_s: from,
+                summary: stats::summarize_window(&r, from, to),
+                steal_ms: machine_over(from, to).map(|s| s.cpu_ms.steal),
+                server: server_over(from, to),
+            }
         })
         .collect();
     let quality: Quality = queries::score(q, &r.bodies);
@@ -812,6 +861,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         cpu_us_per_request,
         predict_time,
         steal_ms,
+        server,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,
         loadavg: load_before,

@@ -3,6 +3,7 @@
 use crate::engine::{self, HttpClient, Status};
 use anyhow::{Context, bail};
 use hyper::Uri;
+use std::collections::HashMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -189,21 +190,100 @@ pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// A process's CPU time so far (user + system, all threads, `/proc/PID/stat`), seconds, if
-/// readable. The kernel counts it in clock ticks (10 ms where `USER_HZ` is 100).
-pub fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    cpu_s_of_stat(&text, rustix::param::clock_ticks_per_second())
+/// What a server process's threads went through, as counters since they started: two readings'
+/// difference says where a stretch of the run's time went on the server's side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ProcTimes {
+    /// CPU time, user + system, every thread, ended ones included (`/proc/PID/stat`), ms. The
+    /// kernel counts it in clock ticks (10 ms where `USER_HZ` is 100).
+    pub cpu_ms: f64,
+    /// Time its threads were ready to run but waited for a CPU (`/proc/PID/task/*/schedstat`),
+    /// ms summed over the threads: a request that is slow while this grows waited for a core.
+    pub run_wait_ms: f64,
+    /// Major page faults, every thread: pages it touched that had to be read from disk, such as
+    /// a bundle page the kernel had reclaimed.
+    pub major_faults: u64,
 }
 
-/// `utime + stime` from a `/proc/PID/stat` line, in seconds. The command name (field 2) may
-/// hold spaces and parentheses, so fields are counted from its closing parenthesis.
-fn cpu_s_of_stat(stat: &str, ticks_per_s: u64) -> Option<f64> {
+impl ProcTimes {
+    /// What changed from `earlier` to this reading.
+    pub fn since(&self, earlier: &ProcTimes) -> ProcTimes {
+        ProcTimes {
+            cpu_ms: self.cpu_ms - earlier.cpu_ms,
+            run_wait_ms: self.run_wait_ms - earlier.run_wait_ms,
+            major_faults: self.major_faults.saturating_sub(earlier.major_faults),
+        }
+    }
+}
+
+/// Reads one process's [`ProcTimes`] again and again. The kernel keeps a thread's run-queue
+/// wait with the thread and drops it when the thread ends, so the sampler keeps each thread's
+/// last reading and adds up only growth: what a thread waited after its last reading is lost
+/// when it ends before the next (one sampling step's worth at most).
+#[derive(Debug)]
+pub struct ProcSampler {
+    pid: u32,
+    last: HashMap<u32, u64>,
+    wait_ns: u64,
+}
+
+impl ProcSampler {
+    /// A sampler of process `pid`; nothing is read yet.
+    pub fn new(pid: u32) -> ProcSampler {
+        ProcSampler {
+            pid,
+            last: HashMap::new(),
+            wait_ns: 0,
+        }
+    }
+
+    /// The counters now; `None` when the process is gone or its `/proc` files are unreadable.
+    /// The first reading counts every live thread's whole wait, which differences cancel.
+    pub fn read(&mut self) -> Option<ProcTimes> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        let (cpu_s, major_faults) = stat_fields(&stat, rustix::param::clock_ticks_per_second())?;
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid)).ok()?;
+        self.account(tasks.flatten().filter_map(|t| {
+            let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((tid, wait_ns_of_schedstat(&s)?))
+        }));
+        Some(ProcTimes {
+            cpu_ms: cpu_s * 1e3,
+            run_wait_ms: self.wait_ns as f64 / 1e6,
+            major_faults,
+        })
+    }
+
+    /// Adds the growth of each thread's wait since its last reading; forgets ended threads.
+    fn account(&mut self, readings: impl Iterator<Item = (u32, u64)>) {
+        let mut now = HashMap::with_capacity(self.last.len());
+        for (tid, wait) in readings {
+            // A reused thread id that reads lower than its predecessor's last is a new thread.
+            let before = self.last.get(&tid).copied().filter(|&b| b <= wait);
+            self.wait_ns += wait - before.unwrap_or(0);
+            now.insert(tid, wait);
+        }
+        self.last = now;
+    }
+}
+
+/// `utime + stime` in seconds and `majflt` from a `/proc/PID/stat` line. The command name
+/// (field 2) may hold spaces and parentheses, so fields are counted from its closing
+/// parenthesis.
+fn stat_fields(stat: &str, ticks_per_s: u64) -> Option<(f64, u64)> {
     let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
-    // After the name: state (3), ppid … cmajflt (4–13), utime (14), stime (15).
-    let utime: u64 = f.nth(11)?.parse().ok()?;
+    // After the name: state (3), ppid … minflt, cminflt (4–11), majflt (12), cmajflt (13),
+    // utime (14), stime (15).
+    let majflt: u64 = f.nth(9)?.parse().ok()?;
+    let utime: u64 = f.nth(1)?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
-    (ticks_per_s > 0).then(|| (utime + stime) as f64 / ticks_per_s as f64)
+    (ticks_per_s > 0).then(|| ((utime + stime) as f64 / ticks_per_s as f64, majflt))
+}
+
+/// The run-queue wait (the second of `/proc/PID/task/TID/schedstat`'s three numbers), ns.
+fn wait_ns_of_schedstat(s: &str) -> Option<u64> {
+    s.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The machine's CPU time by what the CPUs did, summed over every CPU: from `/proc/stat`'s
@@ -272,14 +352,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_time_is_read_past_a_name_with_spaces_and_parens() {
+    fn cpu_time_and_faults_are_read_past_a_name_with_spaces_and_parens() {
         let stat = "4242 (xmc (serve) x) S 1 4242 4242 0 -1 4194560 1200 0 3 0 250 75 0 0 20 0 \
                     5 0 1000 123456 789 18446744073709551615";
-        assert_eq!(cpu_s_of_stat(stat, 100), Some(3.25));
-        assert_eq!(cpu_s_of_stat("4242 (xmc) S 1", 100), None);
-        assert_eq!(cpu_s_of_stat("no name here", 100), None);
-        // This process has run for a while already.
-        assert!(proc_cpu_s(std::process::id()).is_some_and(|s| s >= 0.0));
+        assert_eq!(stat_fields(stat, 100), Some((3.25, 3)));
+        assert_eq!(stat_fields("4242 (xmc) S 1", 100), None);
+        assert_eq!(stat_fields("no name here", 100), None);
+        assert_eq!(
+            wait_ns_of_schedstat("266067115 69408609 2270\n"),
+            Some(69408609)
+        );
+        assert_eq!(wait_ns_of_schedstat("266067115\n"), None);
+    }
+
+    #[test]
+    fn the_sampler_keeps_the_wait_of_ended_threads() {
+        let mut s = ProcSampler::new(0);
+        s.account([(1, 100), (2, 50)].into_iter());
+        assert_eq!(s.wait_ns, 150);
+        // Thread 1 waited 30 more, thread 2 ended (its 50 stay), thread 3 began with 20.
+        s.account([(1, 130), (3, 20)].into_iter());
+        assert_eq!(s.wait_ns, 200);
+        // Thread 3's id went to a new thread that has waited 10 so far.
+        s.account([(1, 130), (3, 10)].into_iter());
+        assert_eq!(s.wait_ns, 210);
+        // This process reads, and its counters only grow.
+        let mut me = ProcSampler::new(std::process::id());
+        let first = me.read().expect("this process's /proc files");
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(30) {
+            std::hint::black_box(0u64);
+        }
+        let d = me.read().expect("still readable").since(&first);
+        assert!(d.cpu_ms >= 0.0 && d.run_wait_ms >= 0.0, "{d:?}");
+        assert!(ProcSampler::new(u32::MAX).read().is_none());
     }
 
     #[test]
