@@ -135,6 +135,9 @@ pub struct HotSwapReport {
     /// The host's steal time (ms, every CPU together) before, during and after the swaps: time
     /// the VM's CPUs waited for the hypervisor, which stalls the server and the generator alike.
     pub steal_ms: [Option<f64>; 3],
+    /// The kernel's DAMON reclaim threads' (`kdamond`) time on a CPU before, during and after
+    /// the swaps, ms: on this VM a waiting thread cannot preempt them.
+    pub kdamond_ms: [Option<f64>; 3],
     /// The server's CPU time, its threads' run-queue wait and its major faults before, during
     /// and after the swaps (to the 50 ms sampling around each phase): a phase whose tail grew
     /// with the wait had requests waiting for a core; with the faults, for the disk.
@@ -173,6 +176,8 @@ pub struct Window {
     pub summary: Summary,
     /// The host's steal time in it, ms.
     pub steal_ms: Option<f64>,
+    /// The `kdamond` threads' time on a CPU in it, ms.
+    pub kdamond_ms: Option<f64>,
     /// The server's counters' growth over it (to the 50 ms sampling).
     pub server: Option<crate::server::ProcTimes>,
 }
@@ -184,6 +189,10 @@ pub struct Span {
     pub ms: f64,
     /// The CPUs' time in it by state, ms summed over every CPU.
     pub cpu_ms: crate::server::CpuTimes,
+    /// Of that, the load generator's threads' time on a CPU, ms.
+    pub generator_ms: Option<f64>,
+    /// … and the kernel's DAMON reclaim threads' (`kdamond`), ms.
+    pub kdamond_ms: Option<f64>,
 }
 
 /// A scenario's report.
@@ -359,7 +368,8 @@ pub fn markdown(r: &Report) -> String {
             "## Max rate: {} `{}` (p99 ≤ {} ms, no errors, ≥ 95% achieved)\n\n\
              | offered | achieved | p50 ms | p99 ms | p99.9 ms | errors | generator lag p99 ms | \
              host steal ms | server CPU µs/request | server run-queue wait ms | server major \
-             faults | pass | load |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+             faults | pass | load |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
             x.label, x.endpoint, x.target_p99_ms
         );
         for st in x.steps.iter().chain(&x.half) {
@@ -487,21 +497,23 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             m,
             "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
-             | from s | requests | p50 ms | p99 ms | max ms | host steal ms | server run-queue \
-             wait ms | server major faults |\n|---:|---:|---:|---:|---:|---:|---:|---:|",
+             | from s | requests | p50 ms | p99 ms | max ms | host steal ms | kdamond ms | server \
+             run-queue wait ms | server major faults |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             h.swaps_start_s
         );
         for w in &h.timeline {
             let s = &w.summary;
             let _ = writeln!(
                 m,
-                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
                 w.from_s,
                 s.scheduled,
                 s.latency.p50_ms,
                 s.latency.p99_ms,
                 s.latency.max_ms,
                 f(w.steal_ms, 0),
+                f(w.kdamond_ms, 1),
                 f(w.server.map(|x| x.run_wait_ms), 1),
                 w.server
                     .map_or("–".to_string(), |x| x.major_faults.to_string())
@@ -515,8 +527,16 @@ pub fn markdown(r: &Report) -> String {
                     let c = &s.cpu_ms;
                     format!(
                         "; over the {:.0} ms around it, the CPUs' user {:.0}, system {:.0}, \
-                         interrupts {:.0}, idle {:.0}, host steal {:.0} ms",
-                        s.ms, c.user, c.system, c.irq, c.idle, c.steal
+                         interrupts {:.0}, idle {:.0}, host steal {:.0} ms, of which the \
+                         generator ran {} ms and kdamond {} ms",
+                        s.ms,
+                        c.user,
+                        c.system,
+                        c.irq,
+                        c.idle,
+                        c.steal,
+                        f(s.generator_ms, 1),
+                        f(s.kdamond_ms, 1)
                     )
                 });
                 let server = x.server.map_or(String::new(), |s| {
@@ -606,6 +626,7 @@ pub fn markdown(r: &Report) -> String {
              - server CPU per request: {cpu}\n- the server's own time per prediction \
              (`stats.elapsed_us`), p50 / p99: {} before, {} during, {} after the swaps\n\
              - host steal time (every CPU): {} ms before, {} ms during, {} ms after the swaps\n\
+             - kdamond's time on a CPU: {} ms before, {} ms during, {} ms after the swaps\n\
              - the server's threads' run-queue wait: {} before, {} during, {} after the swaps; \
              its major faults: {} before, {} during, {} after\n",
             h.failed,
@@ -629,6 +650,9 @@ pub fn markdown(r: &Report) -> String {
             f(h.steal_ms[0], 0),
             f(h.steal_ms[1], 0),
             f(h.steal_ms[2], 0),
+            f(h.kdamond_ms[0], 1),
+            f(h.kdamond_ms[1], 1),
+            f(h.kdamond_ms[2], 1),
             wait(0),
             wait(1),
             wait(2),

@@ -598,8 +598,9 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .await?;
     let mut spec = ctx.spec(rate, total, true, 0);
     spec.max_requests = None;
+    let machines = server::MachineSampler::new();
     let t0 = Instant::now();
-    let machine_at_start = server::machine_cpu();
+    let machine_at_start = machines.read();
     let mut proc = pid.map(server::ProcSampler::new);
     let proc_at_start = proc.as_mut().and_then(server::ProcSampler::read);
     let started_unix_s = std::time::SystemTime::now()
@@ -679,7 +680,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 if let Some(s) = proc.as_mut().and_then(server::ProcSampler::read) {
                     procs.push((t0.elapsed().as_secs_f64(), s));
                 }
-                if let Some(m) = server::machine_cpu() {
+                if let Some(m) = machines.read() {
                     machine.push((t0.elapsed().as_secs_f64(), m));
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -699,9 +700,14 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     }
     // What the machine's CPUs did over at least `[from, to]`, to the sampling's 50 ms.
     let machine_over = |from: f64, to: f64| {
-        around(&machine, from, to).map(|(a, b)| report::Span {
-            ms: (b.0 - a.0) * 1e3,
-            cpu_ms: b.1.since(&a.1, 1e3),
+        around(&machine, from, to).map(|(a, b)| {
+            let grew = |f: fn(&server::Machine) -> Option<f64>| Some(f(&b.1)? - f(&a.1)?);
+            report::Span {
+                ms: (b.0 - a.0) * 1e3,
+                cpu_ms: b.1.cpu.since(&a.1.cpu, 1e3),
+                generator_ms: grew(|m| m.generator_ms),
+                kdamond_ms: grew(|m| m.kdamond_ms),
+            }
         })
     };
     // What the server's counters did over at least `[from, to]`, likewise.
@@ -729,6 +735,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     ];
     let phases = [(0.0, before_end), (first, last), (last, last + h.after_s)];
     let steal_ms = phases.map(|(from, to)| machine_over(from, to).map(|s| s.cpu_ms.steal));
+    let kdamond_ms = phases.map(|(from, to)| machine_over(from, to).and_then(|s| s.kdamond_ms));
     let server = phases.map(|(from, to)| server_over(from, to));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
@@ -791,10 +798,12 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .map(|i| {
             let from = i as f64 * step;
             let to = (from + step).min(total);
+            let machine = machine_over(from, to);
             report::Window {
                 from_s: from,
                 summary: stats::summarize_window(&r, from, to),
-                steal_ms: machine_over(from, to).map(|s| s.cpu_ms.steal),
+                steal_ms: machine.as_ref().map(|s| s.cpu_ms.steal),
+                kdamond_ms: machine.and_then(|s| s.kdamond_ms),
                 server: server_over(from, to),
             }
         })
@@ -861,6 +870,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         cpu_us_per_request,
         predict_time,
         steal_ms,
+        kdamond_ms,
         server,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,

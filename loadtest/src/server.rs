@@ -246,7 +246,7 @@ impl ProcSampler {
         self.account(tasks.flatten().filter_map(|t| {
             let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
             let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            Some((tid, wait_ns_of_schedstat(&s)?))
+            Some((tid, schedstat_ns(&s)?.1))
         }));
         Some(ProcTimes {
             cpu_ms: cpu_s * 1e3,
@@ -281,9 +281,11 @@ fn stat_fields(stat: &str, ticks_per_s: u64) -> Option<(f64, u64)> {
     (ticks_per_s > 0).then(|| ((utime + stime) as f64 / ticks_per_s as f64, majflt))
 }
 
-/// The run-queue wait (the second of `/proc/PID/task/TID/schedstat`'s three numbers), ns.
-fn wait_ns_of_schedstat(s: &str) -> Option<u64> {
-    s.split_whitespace().nth(1)?.parse().ok()
+/// A thread's time on a CPU and its run-queue wait (the first two of `schedstat`'s three
+/// numbers), ns.
+fn schedstat_ns(s: &str) -> Option<(u64, u64)> {
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
 }
 
 /// The machine's CPU time by what the CPUs did, summed over every CPU: from `/proc/stat`'s
@@ -313,6 +315,74 @@ impl CpuTimes {
             idle: (self.idle - earlier.idle) * scale,
             steal: (self.steal - earlier.steal) * scale,
         }
+    }
+}
+
+/// What the machine's CPUs did, with the time on a CPU of two parties that compete with the
+/// server for it: the load generator and the kernel's DAMON reclaim (`ARCHITECTURE.md`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Machine {
+    /// By CPU state, seconds.
+    pub cpu: CpuTimes,
+    /// This process's (the generator's) threads' time on a CPU, ms.
+    pub generator_ms: Option<f64>,
+    /// The `kdamond` kernel threads' time on a CPU, ms; `None` where none runs.
+    pub kdamond_ms: Option<f64>,
+}
+
+/// Reads [`Machine`] again and again.
+#[derive(Debug)]
+pub struct MachineSampler {
+    kdamonds: Vec<u32>,
+}
+
+impl MachineSampler {
+    /// Finds the `kdamond` threads (once: they start when DAMON is configured).
+    pub fn new() -> MachineSampler {
+        let kdamonds = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                comm.starts_with("kdamond").then_some(pid)
+            })
+            .collect();
+        MachineSampler { kdamonds }
+    }
+
+    /// The figures now; `None` where `/proc/stat` is unreadable (see [`machine_cpu`]). Times on
+    /// a CPU come from `schedstat` in ns, so they hold over a span of a few milliseconds,
+    /// where `/proc/stat`'s clock ticks do not.
+    pub fn read(&self) -> Option<Machine> {
+        let on_cpu_ms = |path: &Path| {
+            let s = std::fs::read_to_string(path).ok()?;
+            Some(schedstat_ns(&s)?.0 as f64 / 1e6)
+        };
+        let generator_ms = std::fs::read_dir("/proc/self/task").ok().map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| on_cpu_ms(&t.path().join("schedstat")))
+                .sum()
+        });
+        let kdamond_ms = (!self.kdamonds.is_empty()).then(|| {
+            self.kdamonds
+                .iter()
+                .filter_map(|p| on_cpu_ms(Path::new(&format!("/proc/{p}/schedstat"))))
+                .sum()
+        });
+        Some(Machine {
+            cpu: machine_cpu()?,
+            generator_ms,
+            kdamond_ms,
+        })
+    }
+}
+
+impl Default for MachineSampler {
+    fn default() -> Self {
+        MachineSampler::new()
     }
 }
 
@@ -359,10 +429,11 @@ mod tests {
         assert_eq!(stat_fields("4242 (xmc) S 1", 100), None);
         assert_eq!(stat_fields("no name here", 100), None);
         assert_eq!(
-            wait_ns_of_schedstat("266067115 69408609 2270\n"),
-            Some(69408609)
+            schedstat_ns("266067115 69408609 2270\n"),
+            Some((266067115, 69408609))
         );
-        assert_eq!(wait_ns_of_schedstat("266067115\n"), None);
+        assert_eq!(schedstat_ns("266067115\n"), None);
+        assert_eq!(schedstat_ns("266067115 x 3\n"), None);
     }
 
     #[test]
