@@ -1,7 +1,7 @@
 //! The open-loop property against a mock server that stalls, bad scenarios, and Ctrl-C.
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt as _, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use xmc_loadtest::engine::{self, Arrivals, Cancel, RunSpec, Target};
 use xmc_loadtest::stats::{self, Percentiles};
 
-/// A mock HTTP server on its own thread: it answers `{}` to everything, but holds every request
-/// that arrives in the first `stall_ms` of each second until that window ends.
+/// A mock HTTP server on its own thread: it answers a request with its body, or `{}` for an
+/// empty one, but holds every request that arrives in the first `stall_ms` of each second until
+/// that window ends.
 fn mock_server(stall_ms: u64) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -32,14 +33,17 @@ fn mock_server(stall_ms: u64) -> String {
                 };
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(async move {
-                    let svc = service_fn(move |_req: Request<hyper::body::Incoming>| async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| async move {
                         let into_second = (start.elapsed().as_millis() % 1000) as u64;
                         if into_second < stall_ms {
                             tokio::time::sleep(Duration::from_millis(stall_ms - into_second)).await;
                         }
-                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
-                            "{}",
-                        ))))
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                        let answer = body
+                            .ok()
+                            .filter(|b| !b.is_empty())
+                            .unwrap_or(Bytes::from_static(b"{}"));
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(answer)))
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -169,7 +173,9 @@ fn senders_share_the_load_and_leave_the_caller_free() {
     let rt = runtime();
     let senders = engine::Senders::start(2, &[]).expect("senders");
     assert_eq!(senders.len(), 2);
-    let target = target(&base, vec![Bytes::from_static(b"{}")]);
+    // Bodies of different lengths, so that an answer kept with its neighbour's bytes shows.
+    let bodies = (0..7).map(|i| Bytes::from(format!("{{\"n\":{}}}", "7".repeat(i * 13 + 1))));
+    let target = target(&base, bodies.collect());
     let spec = RunSpec {
         keep_bodies: true,
         ..spec(512.0, Arrivals::Constant, 2, 1)
@@ -197,6 +203,10 @@ fn senders_share_the_load_and_leave_the_caller_free() {
     assert_eq!(s.scheduled, 1024, "{s:?}");
     assert_eq!(s.errors, 0, "{s:?}");
     assert_eq!(r.bodies.len(), 1024);
+    // Each kept answer is its own (the mock echoes the request).
+    for k in &r.bodies {
+        assert_eq!(k.bytes, target.bodies[k.body], "answer to body {}", k.body);
+    }
     assert!(s.offered_rps > 460.0 && s.offered_rps < 560.0, "{s:?}");
     assert!(r.elapsed_s >= 1.9 && r.elapsed_s < 3.0, "{}", r.elapsed_s);
     assert!(
