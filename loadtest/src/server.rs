@@ -477,5 +477,10 @@ mod tests {
         assert_eq!(cpu_times_of_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", 100), None);
         // This machine has one.
         assert!(machine_cpu().is_some_and(|c| c.idle + c.user > 0.0) || !cfg!(target_os = "linux"));
+        // And this process (the test's) has been on a CPU, as the generator is.
+        if cfg!(target_os = "linux") {
+            let m = MachineSampler::new().read().expect("/proc/stat");
+            assert!(m.generator_ms.is_some_and(|ms| ms > 0.0), "{m:?}");
+        }
     }
 }
