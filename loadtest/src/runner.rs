@@ -734,8 +734,11 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
     let phases = [(0.0, before_end), (first, last), (last, last + h.after_s)];
-    let steal_ms = phases.map(|(from, to)| machine_over(from, to).map(|s| s.cpu_ms.steal));
-    let kdamond_ms = phases.map(|(from, to)| machine_over(from, to).and_then(|s| s.kdamond_ms));
+    let machine_phases = phases.map(|(from, to)| machine_over(from, to));
+    let steal_ms = machine_phases
+        .each_ref()
+        .map(|m| m.as_ref().map(|s| s.cpu_ms.steal));
+    let kdamond_ms = machine_phases.map(|m| m.and_then(|s| s.kdamond_ms));
     let server = phases.map(|(from, to)| server_over(from, to));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
