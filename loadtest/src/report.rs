@@ -45,7 +45,7 @@ pub struct Step {
     /// The host's steal time over the measured run, ms summed over every CPU (see
     /// [`crate::server::host_steal_s`]).
     pub steal_ms: Option<f64>,
-    /// The server's CPU time, its threads' run-queue wait and its major faults over the
+    /// The server's CPU time, its threads' run-queue wait and its page faults over the
     /// measured run, when this tool started the server.
     pub server: Option<crate::server::ProcTimes>,
 }
@@ -138,9 +138,12 @@ pub struct HotSwapReport {
     /// The kernel's DAMON reclaim threads' (`kdamond`) time on a CPU before, during and after
     /// the swaps, ms: on this VM a waiting thread cannot preempt them.
     pub kdamond_ms: [Option<f64>; 3],
-    /// The server's CPU time, its threads' run-queue wait and its major faults before, during
+    /// The load generator's minor page faults before, during and after the swaps: a fresh
+    /// page's first touch stops the generator's thread while it is on a CPU.
+    pub generator_minor_faults: [Option<u64>; 3],
+    /// The server's CPU time, its threads' run-queue wait and its page faults before, during
     /// and after the swaps (to the 50 ms sampling around each phase): a phase whose tail grew
-    /// with the wait had requests waiting for a core; with the faults, for the disk.
+    /// with the wait had requests waiting for a core; with major faults, for the disk.
     pub server: [Option<crate::server::ProcTimes>; 3],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
@@ -178,6 +181,8 @@ pub struct Window {
     pub steal_ms: Option<f64>,
     /// The `kdamond` threads' time on a CPU in it, ms.
     pub kdamond_ms: Option<f64>,
+    /// The load generator's minor page faults in it.
+    pub generator_minor_faults: Option<u64>,
     /// The server's counters' growth over it (to the 50 ms sampling).
     pub server: Option<crate::server::ProcTimes>,
 }
@@ -191,6 +196,8 @@ pub struct Span {
     pub cpu_ms: crate::server::CpuTimes,
     /// Of that, the load generator's threads' time on a CPU, ms.
     pub generator_ms: Option<f64>,
+    /// The load generator's minor page faults in it: fresh pages it touched.
+    pub generator_minor_faults: Option<u64>,
     /// … and the kernel's DAMON reclaim threads' (`kdamond`), ms.
     pub kdamond_ms: Option<f64>,
 }
@@ -261,6 +268,11 @@ impl Report {
 fn f(v: Option<f64>, digits: usize) -> String {
     v.filter(|x| x.is_finite())
         .map_or("–".into(), |x| format!("{x:.digits$}"))
+}
+
+/// A count, or a dash where it is unknown.
+fn n(v: Option<u64>) -> String {
+    v.map_or("–".into(), |x| x.to_string())
 }
 
 fn la(v: Option<f64>) -> String {
@@ -367,8 +379,8 @@ pub fn markdown(r: &Report) -> String {
             m,
             "## Max rate: {} `{}` (p99 ≤ {} ms, no errors, ≥ 95% achieved)\n\n\
              | offered | achieved | p50 ms | p99 ms | p99.9 ms | errors | generator lag p99 ms | \
-             host steal ms | server CPU µs/request | server run-queue wait ms | server major \
-             faults | pass | load |\n\
+             host steal ms | server CPU µs/request | server run-queue wait ms | server major / \
+             minor faults | pass | load |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
             x.label, x.endpoint, x.target_p99_ms
         );
@@ -393,7 +405,10 @@ pub fn markdown(r: &Report) -> String {
                     1
                 ),
                 f(srv.map(|x| x.run_wait_ms), 0),
-                srv.map_or("–".to_string(), |x| x.major_faults.to_string()),
+                srv.map_or("–".to_string(), |x| format!(
+                    "{} / {}",
+                    x.major_faults, x.minor_faults
+                )),
                 if st.pass { "yes" } else { "no" },
                 la(st.loadavg)
             );
@@ -497,16 +512,16 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(
             m,
             "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
-             | from s | requests | p50 ms | p99 ms | max ms | host steal ms | kdamond ms | server \
-             run-queue wait ms | server major faults |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             | from s | requests | p50 ms | p99 ms | max ms | host steal ms | kdamond ms | \
+             generator minor faults | server run-queue wait ms | server major / minor faults |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             h.swaps_start_s
         );
         for w in &h.timeline {
             let s = &w.summary;
             let _ = writeln!(
                 m,
-                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
+                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} |",
                 w.from_s,
                 s.scheduled,
                 s.latency.p50_ms,
@@ -514,9 +529,12 @@ pub fn markdown(r: &Report) -> String {
                 s.latency.max_ms,
                 f(w.steal_ms, 0),
                 f(w.kdamond_ms, 1),
+                n(w.generator_minor_faults),
                 f(w.server.map(|x| x.run_wait_ms), 1),
-                w.server
-                    .map_or("–".to_string(), |x| x.major_faults.to_string())
+                w.server.map_or("–".to_string(), |x| format!(
+                    "{} / {}",
+                    x.major_faults, x.minor_faults
+                ))
             );
         }
         let slowest = h
@@ -528,7 +546,7 @@ pub fn markdown(r: &Report) -> String {
                     format!(
                         "; over the {:.0} ms around it, the CPUs' user {:.0}, system {:.0}, \
                          interrupts {:.0}, idle {:.0}, host steal {:.0} ms, of which the \
-                         generator ran {} ms and kdamond {} ms",
+                         generator ran {} ms (taking {} minor faults) and kdamond {} ms",
                         s.ms,
                         c.user,
                         c.system,
@@ -536,14 +554,15 @@ pub fn markdown(r: &Report) -> String {
                         c.idle,
                         c.steal,
                         f(s.generator_ms, 1),
+                        n(s.generator_minor_faults),
                         f(s.kdamond_ms, 1)
                     )
                 });
                 let server = x.server.map_or(String::new(), |s| {
                     format!(
                         "; the server's threads waited {:.1} ms for a CPU and took {} major \
-                         faults",
-                        s.run_wait_ms, s.major_faults
+                         and {} minor faults",
+                        s.run_wait_ms, s.major_faults, s.minor_faults
                     )
                 });
                 format!(
@@ -615,8 +634,11 @@ pub fn markdown(r: &Report) -> String {
                     )
                 })
         };
-        let faults =
-            |i: usize| h.server[i].map_or("–".to_string(), |x| x.major_faults.to_string());
+        let faults = |i: usize| {
+            h.server[i].map_or("–".to_string(), |x| {
+                format!("{} major / {} minor", x.major_faults, x.minor_faults)
+            })
+        };
         let _ = writeln!(
             m,
             "\n- failed requests: **{}**\n- {ratio}\n- peak server \
@@ -627,8 +649,9 @@ pub fn markdown(r: &Report) -> String {
              (`stats.elapsed_us`), p50 / p99: {} before, {} during, {} after the swaps\n\
              - host steal time (every CPU): {} ms before, {} ms during, {} ms after the swaps\n\
              - kdamond's time on a CPU: {} ms before, {} ms during, {} ms after the swaps\n\
+             - the generator's minor faults: {} before, {} during, {} after the swaps\n\
              - the server's threads' run-queue wait: {} before, {} during, {} after the swaps; \
-             its major faults: {} before, {} during, {} after\n",
+             its faults: {} before, {} during, {} after\n",
             h.failed,
             mb(peak),
             mb(h.peak_rss_kb_sampled),
@@ -653,6 +676,9 @@ pub fn markdown(r: &Report) -> String {
             f(h.kdamond_ms[0], 1),
             f(h.kdamond_ms[1], 1),
             f(h.kdamond_ms[2], 1),
+            n(h.generator_minor_faults[0]),
+            n(h.generator_minor_faults[1]),
+            n(h.generator_minor_faults[2]),
             wait(0),
             wait(1),
             wait(2),

@@ -706,6 +706,11 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 ms: (b.0 - a.0) * 1e3,
                 cpu_ms: b.1.cpu.since(&a.1.cpu, 1e3),
                 generator_ms: grew(|m| m.generator_ms),
+                generator_minor_faults: b
+                    .1
+                    .generator_minor_faults
+                    .zip(a.1.generator_minor_faults)
+                    .map(|(b, a)| b.saturating_sub(a)),
                 kdamond_ms: grew(|m| m.kdamond_ms),
             }
         })
@@ -738,7 +743,10 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
     let steal_ms = machine_phases
         .each_ref()
         .map(|m| m.as_ref().map(|s| s.cpu_ms.steal));
-    let kdamond_ms = machine_phases.map(|m| m.and_then(|s| s.kdamond_ms));
+    let kdamond_ms = machine_phases
+        .each_ref()
+        .map(|m| m.as_ref().and_then(|s| s.kdamond_ms));
+    let generator_minor_faults = machine_phases.map(|m| m.and_then(|s| s.generator_minor_faults));
     let server = phases.map(|(from, to)| server_over(from, to));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
@@ -806,7 +814,8 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                 from_s: from,
                 summary: stats::summarize_window(&r, from, to),
                 steal_ms: machine.as_ref().map(|s| s.cpu_ms.steal),
-                kdamond_ms: machine.and_then(|s| s.kdamond_ms),
+                kdamond_ms: machine.as_ref().and_then(|s| s.kdamond_ms),
+                generator_minor_faults: machine.and_then(|s| s.generator_minor_faults),
                 server: server_over(from, to),
             }
         })
@@ -874,6 +883,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         predict_time,
         steal_ms,
         kdamond_ms,
+        generator_minor_faults,
         server,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,
