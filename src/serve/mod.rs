@@ -275,26 +275,29 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let idle = state.cfg.idle();
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
         let metrics = metrics_app(state.clone());
         tokio::spawn(conn::serve(listener, metrics, idle, std::future::pending()));
     }
     // Every server reports its end on `done`; `stop` asks them all to drain.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Result<()>>();
-    let servers = match state.cfg.runtime {
+    let (servers, addr) = match state.cfg.runtime {
         config::Runtime::Shared => {
             let listener = tokio::net::TcpListener::bind(&state.cfg.bind).await?;
+            let addr = listener.local_addr()?;
             let server = conn::serve(listener, app(state.clone()), idle, stopped(stop_rx));
             let done = done_tx.clone();
             tokio::spawn(async move {
                 let _ = done.send(server.await);
             });
-            1
+            (1, addr)
         }
-        config::Runtime::PerCore => serve_per_core(&state, stop_rx, &done_tx)?.0,
+        config::Runtime::PerCore => serve_per_core(&state, stop_rx, &done_tx)?,
     };
     drop(done_tx);
-    tracing::info!(bind = %state.cfg.bind, model = %state.cfg.model.display(), servers, "serving");
+    // The address bound, not the one configured: on port 0 the log says which port it got.
+    tracing::info!(%addr, model = %state.cfg.model.display(), servers, "serving");
     let all_done = async move {
         for _ in 0..servers {
             match done_rx.recv().await {
