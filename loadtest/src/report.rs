@@ -177,12 +177,9 @@ pub struct Window {
     pub from_s: f64,
     /// The requests scheduled in it.
     pub summary: Summary,
-    /// The host's steal time in it, ms.
-    pub steal_ms: Option<f64>,
-    /// The `kdamond` threads' time on a CPU in it, ms.
-    pub kdamond_ms: Option<f64>,
-    /// The load generator's minor page faults in it.
-    pub generator_minor_faults: Option<u64>,
+    /// What the machine's CPUs did over it (to the 50 ms sampling): host steal, the generator's
+    /// and `kdamond`'s time on a CPU, the generator's minor faults.
+    pub machine: Option<Span>,
     /// The server's counters' growth over it (to the 50 ms sampling).
     pub server: Option<crate::server::ProcTimes>,
 }
@@ -527,9 +524,9 @@ pub fn markdown(r: &Report) -> String {
                 s.latency.p50_ms,
                 s.latency.p99_ms,
                 s.latency.max_ms,
-                f(w.steal_ms, 0),
-                f(w.kdamond_ms, 1),
-                n(w.generator_minor_faults),
+                f(w.machine.as_ref().map(|s| s.cpu_ms.steal), 0),
+                f(w.machine.as_ref().and_then(|s| s.kdamond_ms), 1),
+                n(w.machine.as_ref().and_then(|s| s.generator_minor_faults)),
                 f(w.server.map(|x| x.run_wait_ms), 1),
                 w.server.map_or("–".to_string(), |x| format!(
                     "{} / {}",

@@ -809,13 +809,10 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         .map(|i| {
             let from = i as f64 * step;
             let to = (from + step).min(total);
-            let machine = machine_over(from, to);
             report::Window {
                 from_s: from,
                 summary: stats::summarize_window(&r, from, to),
-                steal_ms: machine.as_ref().map(|s| s.cpu_ms.steal),
-                kdamond_ms: machine.as_ref().and_then(|s| s.kdamond_ms),
-                generator_minor_faults: machine.and_then(|s| s.generator_minor_faults),
+                machine: machine_over(from, to),
                 server: server_over(from, to),
             }
         })
