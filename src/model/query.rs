@@ -74,20 +74,34 @@ pub fn prepare(
         for p in out_idx.iter_mut() {
             *p = idx[*p as usize];
         }
-        let mut w = 0;
-        for r in 0..out_idx.len() {
-            if w > 0 && out_idx[w - 1] == out_idx[r] {
-                out_val[w - 1] += out_val[r];
-            } else {
-                out_idx[w] = out_idx[r];
-                out_val[w] = out_val[r];
-                w += 1;
+        // Each id's values are summed in `f64`, which no sum of `f32`s overflows. A sum can still
+        // be beyond `f32`'s range. A query that is normalized next keeps only its direction, so
+        // its sums are first scaled by a power of two (exact) into range; one that is not is
+        // refused below.
+        let mut scale = 1.0f64;
+        if normalize {
+            let (mut largest, mut r) = (0f64, 0);
+            while r < out_idx.len() {
+                let (end, sum) = run_at(out_idx, out_val, r);
+                largest = largest.max(sum.abs());
+                r = end;
             }
+            while largest * scale > f64::from(f32::MAX) {
+                scale *= 0.5;
+            }
+        }
+        let (mut w, mut r) = (0, 0);
+        while r < out_idx.len() {
+            let (end, sum) = run_at(out_idx, out_val, r);
+            // `w` trails `r`, so this writes over values already summed.
+            out_idx[w] = out_idx[r];
+            out_val[w] = (sum * scale) as f32;
+            (w, r) = (w + 1, end);
         }
         out_idx.truncate(w);
         out_val.truncate(w);
     }
-    // Sums of finite values can overflow to infinity; such a query is as bad as a non-finite one.
+    // A sum beyond `f32`'s range in a query that is not normalized: it cannot be scored.
     if let Some(p) = out_val.iter().position(|v| !v.is_finite()) {
         return Err(QueryError::NonFinite { id: out_idx[p] });
     }
@@ -113,6 +127,18 @@ pub fn prepare(
         }
     }
     Ok(())
+}
+
+/// The run of equal ids in sorted `idx` that starts at `r`: where it ends, and the `f64` sum of
+/// its values in `val`.
+fn run_at(idx: &[u32], val: &[f32], r: usize) -> (usize, f64) {
+    let mut end = r;
+    let mut sum = 0f64;
+    while end < idx.len() && idx[end] == idx[r] {
+        sum += f64::from(val[end]);
+        end += 1;
+    }
+    (end, sum)
 }
 
 #[cfg(test)]
@@ -145,6 +171,33 @@ mod tests {
         assert_eq!(
             prepare(&[1, 1], &[f32::MAX, f32::MAX], 10, false, &mut i, &mut v),
             Err(QueryError::NonFinite { id: 1 })
+        );
+    }
+
+    #[test]
+    fn a_sum_beyond_f32_is_kept_when_the_query_is_normalized() {
+        // Feature 1158 twice at 2.47e38 (schemathesis's example): 4.93e38 as an `f32` is infinite,
+        // but a normalized query keeps only the direction, which `f64` holds.
+        let (mut i, mut v) = (Vec::new(), Vec::new());
+        let idx = [167, 1158, 331, 1158];
+        let val = [-4.416_42e37, 2.465_648e38, 1.43e16, 2.465_648e38];
+        prepare(&idx, &val, 2000, true, &mut i, &mut v).unwrap();
+        assert_eq!(i, vec![167, 331, 1158]);
+        let sums = [-4.416_42e37f64, 1.43e16, 2.0 * 2.465_648e38];
+        let norm = sums.iter().map(|x| x * x).sum::<f64>().sqrt();
+        for (got, want) in v.iter().zip(sums) {
+            assert!((f64::from(*got) - want / norm).abs() < 1e-6, "{v:?}");
+        }
+        // Unnormalized, the sum has no `f32`: refused, as before.
+        assert_eq!(
+            prepare(&idx, &val, 2000, false, &mut i, &mut v),
+            Err(QueryError::NonFinite { id: 1158 })
+        );
+        // Three or more of one id at the top of the range: scaled by a power of two each time.
+        prepare(&[4, 4, 4, 9], &[f32::MAX; 4], 10, true, &mut i, &mut v).unwrap();
+        assert!(
+            (v[0] - 0.948_683_3).abs() < 1e-6 && (v[1] - 0.316_227_8).abs() < 1e-6,
+            "{v:?}"
         );
     }
 
