@@ -197,6 +197,9 @@ pub struct Span {
     pub generator_minor_faults: Option<u64>,
     /// … and the kernel's DAMON reclaim threads' (`kdamond`), ms.
     pub kdamond_ms: Option<f64>,
+    /// TCP sockets in use on the machine at its start and its end: connections that the
+    /// generator opened (two sockets each on the loopback) in it show as growth.
+    pub tcp_sockets: Option<[u64; 2]>,
 }
 
 /// A scenario's report.
@@ -270,6 +273,12 @@ fn f(v: Option<f64>, digits: usize) -> String {
 /// A count, or a dash where it is unknown.
 fn n(v: Option<u64>) -> String {
     v.map_or("–".into(), |x| x.to_string())
+}
+
+/// A span's TCP sockets in use, `start → end`, or a dash.
+fn sockets(s: Option<&Span>) -> String {
+    s.and_then(|s| s.tcp_sockets)
+        .map_or("–".into(), |[a, b]| format!("{a} → {b}"))
 }
 
 fn la(v: Option<f64>) -> String {
@@ -510,15 +519,16 @@ pub fn markdown(r: &Report) -> String {
             m,
             "\nThe whole run in 10 s windows (swaps start at {:.0} s):\n\n\
              | from s | requests | p50 ms | p99 ms | max ms | host steal ms | kdamond ms | \
-             generator minor faults | server run-queue wait ms | server major / minor faults |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             generator minor faults | TCP sockets | server run-queue wait ms | server major / \
+             minor faults |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             h.swaps_start_s
         );
         for w in &h.timeline {
             let s = &w.summary;
             let _ = writeln!(
                 m,
-                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} |",
+                "| {:.0} | {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} |",
                 w.from_s,
                 s.scheduled,
                 s.latency.p50_ms,
@@ -527,6 +537,7 @@ pub fn markdown(r: &Report) -> String {
                 f(w.machine.as_ref().map(|s| s.cpu_ms.steal), 0),
                 f(w.machine.as_ref().and_then(|s| s.kdamond_ms), 1),
                 n(w.machine.as_ref().and_then(|s| s.generator_minor_faults)),
+                sockets(w.machine.as_ref()),
                 f(w.server.map(|x| x.run_wait_ms), 1),
                 w.server.map_or("–".to_string(), |x| format!(
                     "{} / {}",
@@ -543,7 +554,8 @@ pub fn markdown(r: &Report) -> String {
                     format!(
                         "; over the {:.0} ms around it, the CPUs' user {:.0}, system {:.0}, \
                          interrupts {:.0}, idle {:.0}, host steal {:.0} ms, of which the \
-                         generator ran {} ms (taking {} minor faults) and kdamond {} ms",
+                         generator ran {} ms (taking {} minor faults) and kdamond {} ms; \
+                         TCP sockets in use {}",
                         s.ms,
                         c.user,
                         c.system,
@@ -552,7 +564,8 @@ pub fn markdown(r: &Report) -> String {
                         c.steal,
                         f(s.generator_ms, 1),
                         n(s.generator_minor_faults),
-                        f(s.kdamond_ms, 1)
+                        f(s.kdamond_ms, 1),
+                        sockets(Some(s))
                     )
                 });
                 let server = x.server.map_or(String::new(), |s| {

@@ -712,6 +712,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
                     .zip(a.1.generator_minor_faults)
                     .map(|(b, a)| b.saturating_sub(a)),
                 kdamond_ms: grew(|m| m.kdamond_ms),
+                tcp_sockets: a.1.tcp_sockets.zip(b.1.tcp_sockets).map(|(a, b)| [a, b]),
             }
         })
     };

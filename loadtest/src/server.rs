@@ -351,6 +351,9 @@ pub struct Machine {
     pub generator_minor_faults: Option<u64>,
     /// The `kdamond` kernel threads' time on a CPU, ms; `None` where none runs.
     pub kdamond_ms: Option<f64>,
+    /// TCP sockets in use on the machine (`/proc/net/sockstat`): on the loopback, both ends of
+    /// every connection between the generator and the server, and the listener.
+    pub tcp_sockets: Option<u64>,
 }
 
 /// Reads [`Machine`] again and again.
@@ -399,11 +402,15 @@ impl MachineSampler {
             .ok()
             .and_then(|s| stat_fields(&s, rustix::param::clock_ticks_per_second()))
             .map(|s| s.minor_faults);
+        let tcp_sockets = std::fs::read_to_string("/proc/net/sockstat")
+            .ok()
+            .and_then(|s| tcp_inuse(&s));
         Some(Machine {
             cpu: machine_cpu()?,
             generator_ms,
             generator_minor_faults,
             kdamond_ms,
+            tcp_sockets,
         })
     }
 }
@@ -412,6 +419,14 @@ impl Default for MachineSampler {
     fn default() -> Self {
         MachineSampler::new()
     }
+}
+
+/// The `inuse` count of the `TCP:` line of `/proc/net/sockstat`.
+fn tcp_inuse(sockstat: &str) -> Option<u64> {
+    let line = sockstat.lines().find_map(|l| l.strip_prefix("TCP:"))?;
+    let mut f = line.split_whitespace();
+    while f.next()? != "inuse" {}
+    f.next()?.parse().ok()
 }
 
 /// The machine's CPU times now; `None` where `/proc/stat` is unreadable or has no steal
@@ -492,6 +507,21 @@ mod tests {
         let d = me.read().expect("still readable").since(&first);
         assert!(d.cpu_ms >= 0.0 && d.run_wait_ms >= 0.0, "{d:?}");
         assert!(ProcSampler::new(u32::MAX).read().is_none());
+    }
+
+    #[test]
+    fn tcp_sockets_in_use_are_read_from_sockstat() {
+        let s = "sockets: used 8\nTCP: inuse 17 orphan 0 tw 41 alloc 19 mem 129\nUDP: inuse 3\n";
+        assert_eq!(tcp_inuse(s), Some(17));
+        assert_eq!(tcp_inuse("sockets: used 8\nUDP: inuse 3\n"), None);
+        assert_eq!(tcp_inuse("TCP: orphan 0\n"), None);
+        // With a listener open, this machine has at least that one in use.
+        if cfg!(target_os = "linux") {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let count = MachineSampler::new().read().and_then(|m| m.tcp_sockets);
+            drop(listener);
+            assert!(count.is_some_and(|n| n >= 1), "{count:?}");
+        }
     }
 
     #[test]
