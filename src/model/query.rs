@@ -193,7 +193,7 @@ mod tests {
             prepare(&idx, &val, 2000, false, &mut i, &mut v),
             Err(QueryError::NonFinite { id: 1158 })
         );
-        // Three or more of one id at the top of the range: scaled by a power of two each time.
+        // Three of one id at the top of the range: halved until in range, then normalized.
         prepare(&[4, 4, 4, 9], &[f32::MAX; 4], 10, true, &mut i, &mut v).unwrap();
         assert!(
             (v[0] - 0.948_683_3).abs() < 1e-6 && (v[1] - 0.316_227_8).abs() < 1e-6,
