@@ -132,15 +132,12 @@ pub struct HotSwapReport {
     /// during and after the swaps. Against the CPU per request, it tells the model's part of a
     /// change from the HTTP path's.
     pub predict_time: [crate::stats::Percentiles; 3],
-    /// The host's steal time (ms, every CPU together) before, during and after the swaps: time
-    /// the VM's CPUs waited for the hypervisor, which stalls the server and the generator alike.
-    pub steal_ms: [Option<f64>; 3],
-    /// The kernel's DAMON reclaim threads' (`kdamond`) time on a CPU before, during and after
-    /// the swaps, ms: on this VM a waiting thread cannot preempt them.
-    pub kdamond_ms: [Option<f64>; 3],
-    /// The load generator's minor page faults before, during and after the swaps: a fresh
-    /// page's first touch stops the generator's thread while it is on a CPU.
-    pub generator_minor_faults: [Option<u64>; 3],
+    /// What the machine's CPUs did before, during and after the swaps (to the 50 ms sampling
+    /// around each phase): the host's steal time (the VM's CPUs waiting for the hypervisor,
+    /// which stalls the server and the generator alike), `kdamond`'s time on a CPU (on this VM
+    /// a waiting thread cannot preempt it), the generator's minor faults (a fresh page's first
+    /// touch stops its thread while on a CPU) and the TCP sockets in use.
+    pub machine: [Option<Span>; 3],
     /// The server's CPU time, its threads' run-queue wait and its page faults before, during
     /// and after the swaps (to the 50 ms sampling around each phase): a phase whose tail grew
     /// with the wait had requests waiting for a core; with major faults, for the disk.
@@ -644,6 +641,10 @@ pub fn markdown(r: &Report) -> String {
                     )
                 })
         };
+        let steal = |i: usize| h.machine[i].as_ref().map(|s| s.cpu_ms.steal);
+        let kdamond = |i: usize| h.machine[i].as_ref().and_then(|s| s.kdamond_ms);
+        let faults_of_generator =
+            |i: usize| h.machine[i].as_ref().and_then(|s| s.generator_minor_faults);
         let faults = |i: usize| {
             h.server[i].map_or("–".to_string(), |x| {
                 format!("{} major / {} minor", x.major_faults, x.minor_faults)
@@ -680,15 +681,15 @@ pub fn markdown(r: &Report) -> String {
             pt(&h.predict_time[0]),
             pt(&h.predict_time[1]),
             pt(&h.predict_time[2]),
-            f(h.steal_ms[0], 0),
-            f(h.steal_ms[1], 0),
-            f(h.steal_ms[2], 0),
-            f(h.kdamond_ms[0], 1),
-            f(h.kdamond_ms[1], 1),
-            f(h.kdamond_ms[2], 1),
-            n(h.generator_minor_faults[0]),
-            n(h.generator_minor_faults[1]),
-            n(h.generator_minor_faults[2]),
+            f(steal(0), 0),
+            f(steal(1), 0),
+            f(steal(2), 0),
+            f(kdamond(0), 1),
+            f(kdamond(1), 1),
+            f(kdamond(2), 1),
+            n(faults_of_generator(0)),
+            n(faults_of_generator(1)),
+            n(faults_of_generator(2)),
             wait(0),
             wait(1),
             wait(2),

@@ -740,14 +740,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
             .and_then(|a| cpu_us(last, last + h.after_s, a)),
     ];
     let phases = [(0.0, before_end), (first, last), (last, last + h.after_s)];
-    let machine_phases = phases.map(|(from, to)| machine_over(from, to));
-    let steal_ms = machine_phases
-        .each_ref()
-        .map(|m| m.as_ref().map(|s| s.cpu_ms.steal));
-    let kdamond_ms = machine_phases
-        .each_ref()
-        .map(|m| m.as_ref().and_then(|s| s.kdamond_ms));
-    let generator_minor_faults = machine_phases.map(|m| m.and_then(|s| s.generator_minor_faults));
+    let machine = phases.map(|(from, to)| machine_over(from, to));
     let server = phases.map(|(from, to)| server_over(from, to));
     let all = stats::summarize_run(&r);
     // When the worst went wrong, to line up with the server's log.
@@ -879,9 +872,7 @@ async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow::Result<()
         peak_rss_kb_sampled: sampled_peak,
         cpu_us_per_request,
         predict_time,
-        steal_ms,
-        kdamond_ms,
-        generator_minor_faults,
+        machine,
         server,
         bundle_bytes: sizes,
         rss_budget_kb: budget_kb,
