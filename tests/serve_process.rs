@@ -164,6 +164,29 @@ fn the_readme_command_serves_the_default_model_and_drains_on_sigterm() {
     assert!(TcpStream::connect_timeout(&server.addr, Duration::from_secs(1)).is_err());
 }
 
+/// A supervisor may stop a server the moment it says it is serving: the handlers for SIGTERM
+/// and SIGINT are in place before the "serving" line, so the signal drains instead of taking
+/// its default action (which kills the process with nothing logged). CI once caught the server
+/// between the two.
+#[test]
+fn sigterm_as_soon_as_the_serving_line_is_out_still_drains() {
+    for signal in [Signal::TERM, Signal::INT, Signal::TERM] {
+        let mut server = Server::start();
+        kill_process(server.pid(), signal).unwrap();
+        let status = server
+            .wait_exit(Duration::from_secs(20))
+            .expect("exit after the signal");
+        assert!(status.success(), "{signal:?}: {status:?}\n{}", server.log());
+        assert!(
+            server
+                .log()
+                .contains("shutting down: draining in-flight requests"),
+            "{}",
+            server.log()
+        );
+    }
+}
+
 #[test]
 fn out_of_file_descriptors_the_server_backs_off_and_takes_connections_again() {
     let server = Server::start();

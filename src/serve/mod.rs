@@ -279,6 +279,10 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         let metrics = metrics_app(state.clone());
         tokio::spawn(conn::serve(listener, metrics, idle, std::future::pending()));
     }
+    // The handlers go in before the listeners bind, so a signal sent once the "serving" line is
+    // out always drains; registered on the future's first poll, one sent in between took its
+    // default action and killed the process (CI caught it).
+    let shutdown = shutdown_signal();
     // Every server reports its end on `done`; `stop` asks them all to drain.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<std::io::Result<()>>();
@@ -311,7 +315,7 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     tokio::pin!(all_done);
     tokio::select! {
         r = &mut all_done => return r,
-        _ = shutdown_signal() => {}
+        _ = shutdown => {}
     }
     tracing::info!("shutting down: draining in-flight requests");
     let _ = stop_tx.send(true);
@@ -450,24 +454,40 @@ fn reuse_port_listener(_: std::net::SocketAddr) -> std::io::Result<tokio::net::T
     Err(std::io::Error::other("per_core needs SO_REUSEPORT"))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the handlers for ctrl-c (SIGINT) and SIGTERM now, not when the future is first
+/// polled; the future ends on the first of them. A handler that cannot be installed is logged
+/// and that signal keeps its default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let install = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, signal = name, "no handler; it will not drain");
+                None
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        async fn on(s: Option<Signal>) {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
         }
-    };
+        let int = on(install(SignalKind::interrupt(), "SIGINT"));
+        let term = on(install(SignalKind::terminate(), "SIGTERM"));
+        async move {
+            tokio::select! {
+                _ = int => {}
+                _ = term => {}
+            }
+        }
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
