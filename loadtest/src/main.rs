@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
+use tokio::signal::unix::{SignalKind, signal};
 use xmc_loadtest::engine::{self, Cancel};
 use xmc_loadtest::runner::{self, Ctx};
 use xmc_loadtest::scenario::Scenario;
@@ -52,8 +53,11 @@ fn real_main() -> anyhow::Result<()> {
         let cancel = Cancel::new();
         {
             let cancel = cancel.clone();
+            // Installed now: a task's first poll waits for the runner's first yield, and until
+            // then ctrl-c would kill the run without its partial report.
+            let mut interrupt = signal(SignalKind::interrupt()).context("handling ctrl-c")?;
             tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if interrupt.recv().await.is_some() {
                     eprintln!("xmc-loadtest: interrupted; finishing in-flight requests and writing a partial report");
                     cancel.cancel();
                 }
