@@ -17,6 +17,8 @@ struct Server {
     child: Child,
     addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// The thread that copies the process's stderr into `log`; it ends at the pipe's end.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -37,7 +39,7 @@ impl Server {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = field(&line, " serving addr=").and_then(|a| a.parse().ok()) {
                     let _ = addr_tx.send(addr);
@@ -48,7 +50,12 @@ impl Server {
             }
         });
         match addr_rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => Server { child, addr, log },
+            Ok(addr) => Server {
+                child,
+                addr,
+                log,
+                reader: Some(reader),
+            },
             Err(_) => {
                 let _ = child.kill();
                 panic!(
@@ -85,6 +92,24 @@ impl Server {
         let status = answer.split(' ').nth(1)?.parse().ok()?;
         let (_, body) = answer.split_once("\r\n\r\n")?;
         Some((status, body.to_string()))
+    }
+
+    /// Sends `signal` and checks that the server logs its drain and exits with success.
+    fn signal_and_expect_a_drain(&mut self, signal: Signal) {
+        kill_process(self.pid(), signal).unwrap();
+        let status = self
+            .wait_exit(Duration::from_secs(20))
+            .expect("exit after the signal");
+        // The process has exited, but its last lines may still be in the pipe.
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        let log = self.log();
+        assert!(status.success(), "{signal:?}: {status:?}\n{log}");
+        assert!(
+            log.contains("shutting down: draining in-flight requests"),
+            "{log}"
+        );
     }
 
     /// Waits up to `limit` for the process to exit.
@@ -149,18 +174,7 @@ fn the_readme_command_serves_the_default_model_and_drains_on_sigterm() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("bibtex"), "{body}");
 
-    kill_process(server.pid(), Signal::TERM).unwrap();
-    let status = server
-        .wait_exit(Duration::from_secs(20))
-        .expect("exit after SIGTERM");
-    assert!(status.success(), "{status:?}\n{}", server.log());
-    assert!(
-        server
-            .log()
-            .contains("shutting down: draining in-flight requests"),
-        "{}",
-        server.log()
-    );
+    server.signal_and_expect_a_drain(Signal::TERM);
     assert!(TcpStream::connect_timeout(&server.addr, Duration::from_secs(1)).is_err());
 }
 
@@ -171,19 +185,7 @@ fn the_readme_command_serves_the_default_model_and_drains_on_sigterm() {
 #[test]
 fn sigterm_as_soon_as_the_serving_line_is_out_still_drains() {
     for signal in [Signal::TERM, Signal::INT, Signal::TERM] {
-        let mut server = Server::start();
-        kill_process(server.pid(), signal).unwrap();
-        let status = server
-            .wait_exit(Duration::from_secs(20))
-            .expect("exit after the signal");
-        assert!(status.success(), "{signal:?}: {status:?}\n{}", server.log());
-        assert!(
-            server
-                .log()
-                .contains("shutting down: draining in-flight requests"),
-            "{}",
-            server.log()
-        );
+        Server::start().signal_and_expect_a_drain(signal);
     }
 }
 
