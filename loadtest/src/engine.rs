@@ -67,6 +67,9 @@ pub struct RunSpec {
     pub seed: u64,
     /// The first body index (so consecutive runs do not all replay the same queries first).
     pub first_body: usize,
+    /// Keep-alive connections to have open before the clock starts (0: none; the pool opens
+    /// them as requests need them). See [`open_connections`].
+    pub connections: usize,
 }
 
 /// The outcome of one request.
@@ -235,6 +238,58 @@ pub async fn send(
     }
 }
 
+/// Leaves at least `n` keep-alive connections to `target`'s server in `client`'s pool, as
+/// `wrk -c` and `oha -c` open theirs before they start: `n` requests (the target's first body,
+/// or `GET`) are sent at once, and each holds its connection (its answer's body unread) until
+/// all have an answer, so none can reuse another's and the pool ends up with `n`, or more if it
+/// had more. Without them, a pile-up of requests opens connections while it lasts, and each
+/// costs both processes CPU and fresh buffers just when they are short. Untimed and unrecorded;
+/// gives how many requests were answered (a request that fails leaves no connection).
+pub async fn open_connections(
+    client: &HttpClient,
+    target: &Target,
+    n: usize,
+    timeout: Duration,
+) -> usize {
+    let gate = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (client, target, gate) = (client.clone(), target.clone(), Arc::clone(&gate));
+        tasks.spawn(async move {
+            let mut req = Request::builder().uri(target.uri.clone());
+            req = match target.bodies.first() {
+                Some(_) => req
+                    .method(Method::POST)
+                    .header("content-type", "application/json"),
+                None => req.method(Method::GET),
+            };
+            let body = Full::new(target.bodies.first().cloned().unwrap_or_default());
+            let answer = match req.body(body) {
+                Ok(req) => tokio::time::timeout(timeout, client.request(req)).await,
+                Err(_) => return false,
+            };
+            // Every task reaches the gate, answered or not, or the others would wait forever.
+            gate.wait().await;
+            match answer {
+                Ok(Ok(resp)) => {
+                    let ok = resp.status().is_success();
+                    // Read to its end, the connection goes back to the pool; dropped unread,
+                    // it would be closed.
+                    ok && tokio::time::timeout(timeout, resp.into_body().collect())
+                        .await
+                        .is_ok_and(|r| r.is_ok())
+                }
+                _ => false,
+            }
+        });
+    }
+    let mut answered = 0;
+    while let Some(r) = tasks.join_next().await {
+        answered += usize::from(r.unwrap_or(false));
+    }
+    answered
+}
+
 /// The schedule: send offsets from the start, in order.
 fn schedule(spec: &RunSpec) -> impl Iterator<Item = Duration> + Send + 'static {
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
@@ -288,6 +343,9 @@ pub async fn run(
     spec: &RunSpec,
     cancel: &Cancel,
 ) -> RunResult {
+    if spec.connections > 0 {
+        open_connections(client, target, spec.connections, spec.timeout).await;
+    }
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Sample, Option<Bytes>)>();
     let start = Instant::now();
     let mut sched = schedule(spec).enumerate().peekable();
@@ -434,7 +492,8 @@ struct Job {
 /// Each thread has its own single-threaded runtime and HTTP client (so its keep-alive
 /// connections outlive a run, from a warm-up to the measured run after it) and runs [`run`] on
 /// its share of every run: `rate / n` on a schedule of its own (seed `seed + k`, first body
-/// `first_body + k`), and `max_in_flight / n` and `max_requests / n` of the caps, rounded up.
+/// `first_body + k`), and `max_in_flight / n`, `max_requests / n` and `connections / n` of the
+/// caps, rounded up.
 /// Sender `k` runs on CPU `cpus[k % cpus.len()]` when `cpus` is given. Every sender spins as
 /// [`run`] does, so each takes a core while requests are in flight.
 #[derive(Debug)]
@@ -525,6 +584,7 @@ impl Senders {
                 max_in_flight: spec.max_in_flight.div_ceil(n),
                 seed: spec.seed.wrapping_add(k as u64),
                 first_body: spec.first_body + k,
+                connections: spec.connections.div_ceil(n),
                 ..spec.clone()
             };
             let job = Job {

@@ -69,6 +69,7 @@ impl Ctx {
             keep_bodies: keep,
             seed: l.seed,
             first_body,
+            connections: l.connections,
         }
     }
 

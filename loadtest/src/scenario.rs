@@ -92,6 +92,11 @@ pub struct LoadSpec {
     /// One sender thread loads a server on one or two cores; a server on more cores can answer
     /// more than one thread sends. Each spins while requests are in flight, so each takes a core.
     pub senders: usize,
+    /// Keep-alive connections opened before each run, warm-ups included, as `wrk -c` opens its
+    /// connections before it starts (0: none; the pool opens one whenever every open one is
+    /// busy, as a pile-up of requests does). A pile-up of more requests than this still opens
+    /// more. See [`crate::engine::open_connections`].
+    pub connections: usize,
 }
 
 impl Default for LoadSpec {
@@ -106,6 +111,7 @@ impl Default for LoadSpec {
             seed: 1,
             cpus: Vec::new(),
             senders: 1,
+            connections: 0,
         }
     }
 }
