@@ -188,13 +188,21 @@ impl Cancel {
 /// The HTTP client: HTTP/1.1 keep-alive, one pool, no limit on idle connections.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// How long the pool of [`client`] keeps a connection that no request uses.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
 /// A client for `run`.
 pub fn client() -> HttpClient {
+    client_with_idle(Some(POOL_IDLE))
+}
+
+/// A client for `run` whose pool closes a connection unused for `idle` (`None`: never).
+pub fn client_with_idle(idle: Option<Duration>) -> HttpClient {
     let mut conn = HttpConnector::new();
     conn.set_nodelay(true);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(usize::MAX)
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(idle)
         .build(conn)
 }
 
@@ -502,8 +510,9 @@ pub struct Senders {
 }
 
 impl Senders {
-    /// Starts `n` (≥ 1) sender threads.
-    pub fn start(n: usize, cpus: &[usize]) -> anyhow::Result<Senders> {
+    /// Starts `n` (≥ 1) sender threads, each with a client whose pool keeps an unused
+    /// connection for `idle` (see [`client_with_idle`]).
+    pub fn start(n: usize, cpus: &[usize], idle: Option<Duration>) -> anyhow::Result<Senders> {
         anyhow::ensure!(n >= 1, "at least one sender is needed");
         let mut jobs = Vec::with_capacity(n);
         for k in 0..n {
@@ -532,7 +541,7 @@ impl Senders {
                         }
                     };
                     rt.block_on(async move {
-                        let client = client();
+                        let client = client_with_idle(idle);
                         while let Ok(job) = rx.recv() {
                             tokio::time::sleep_until(tokio::time::Instant::from_std(job.start))
                                 .await;

@@ -65,13 +65,14 @@ fn real_main() -> anyhow::Result<()> {
         }
         let senders = match scenario.load.senders {
             1 => None,
-            n => Some(engine::Senders::start(n, &scenario.load.cpus)?),
+            n => Some(engine::Senders::start(n, &scenario.load.cpus, scenario.load.pool_idle())?),
         };
+        let client = engine::client_with_idle(scenario.load.pool_idle());
         let ctx = Ctx {
             scenario,
             out: out.clone(),
             cancel: cancel.clone(),
-            client: engine::client(),
+            client,
             senders,
         };
         let result = runner::run(&ctx).await;

@@ -95,8 +95,21 @@ pub struct LoadSpec {
     /// Keep-alive connections opened before each run, warm-ups included, as `wrk -c` opens its
     /// connections before it starts (0: none; the pool opens one whenever every open one is
     /// busy, as a pile-up of requests does). A pile-up of more requests than this still opens
-    /// more. See [`crate::engine::open_connections`].
+    /// more. See [`crate::engine::open_connections`] and [`LoadSpec::pool_idle`].
     pub connections: usize,
+}
+
+impl LoadSpec {
+    /// How long the generator's pool keeps a connection no request uses: [`POOL_IDLE`], or
+    /// for as long as the scenario runs when `connections` are opened first. The pool hands out
+    /// the connection returned last (hyper's idle list is a stack), so in a long run most of
+    /// those opened first sit unused until a pile-up reaches them, and a limit would close them
+    /// before it does. (A server's own idle limit can still close them.)
+    ///
+    /// [`POOL_IDLE`]: crate::engine::POOL_IDLE
+    pub fn pool_idle(&self) -> Option<std::time::Duration> {
+        (self.connections == 0).then_some(crate::engine::POOL_IDLE)
+    }
 }
 
 impl Default for LoadSpec {

@@ -105,10 +105,11 @@ fn connections_opened_before_a_run_are_the_ones_it_uses() {
         let client = engine::client();
         let target = target(&base, vec![Bytes::from_static(b"{}")]);
         let timeout = Duration::from_secs(5);
-        // About the connections a pile-up opened on the 2-core VM (ARCHITECTURE.md). The test
-        // cannot make an early answer free its connection for a later request (with the
-        // requests not held, 300 still got 300), so the hold is not what it checks.
-        let n = 300;
+        // Under the mock's accept backlog (128): 300 at once, with other tests running, had a
+        // few connects dropped past the timeout. The test cannot make an early answer free its
+        // connection for a later request (with the requests not held, 300 still got 300), so
+        // the hold is not what it checks.
+        let n = 100;
         let open = |n| engine::open_connections(&client, &target, n, timeout);
         assert_eq!(open(n).await, n);
         assert_eq!(accepted.load(Ordering::SeqCst), n);
@@ -223,7 +224,7 @@ fn concurrency_grows_to_hold_the_rate() {
 fn senders_share_the_load_and_leave_the_caller_free() {
     let base = mock_server(0);
     let rt = runtime();
-    let senders = engine::Senders::start(2, &[]).expect("senders");
+    let senders = engine::Senders::start(2, &[], Some(engine::POOL_IDLE)).expect("senders");
     assert_eq!(senders.len(), 2);
     // Bodies of different lengths, so that an answer kept with its neighbour's bytes shows.
     let bodies = (0..7).map(|i| Bytes::from(format!("{{\"n\":{}}}", "7".repeat(i * 13 + 1))));
