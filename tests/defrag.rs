@@ -10,7 +10,7 @@ use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
 use xmc::data::Dataset;
 use xmc::defrag::view::DefragViewError;
-use xmc::model::{Model, ModelError, PredictOptions, QueryError};
+use xmc::model::{Model, ModelError, PredictOptions, Prediction, QueryError, Scratch};
 use xmc::train::Trained;
 
 fn load(split: &str) -> Dataset {
@@ -161,6 +161,49 @@ fn out_of_range_cluster_ids_and_prototype_indices_are_refused_at_open() {
         ),
         "{e}"
     );
+}
+
+/// A model that does not normalize queries agglomerates and scores the values as they come:
+/// values near `f32`'s limit are refused (a 422 at the server), never answered with undefined
+/// scores, and ordinary values are still answered.
+#[test]
+fn huge_values_in_a_model_that_does_not_normalize_are_refused_not_scored() {
+    let (train, test) = (load("train"), load("test"));
+    let t = train_with(
+        &train,
+        &[
+            "max_leaf=40",
+            "normalize=false",
+            "defrag=xy",
+            "d0=8",
+            "fiat=on",
+        ],
+    );
+    let model = open(&t).unwrap();
+    let opts = PredictOptions::default();
+    let (idx, val) = test.feature_row(0);
+    let p = model.predict(idx, val, &opts).unwrap();
+    assert!(p.scores.iter().all(|s| (0.0..=1.0).contains(s)), "{p:?}");
+    // Two features of one cluster at the largest f32 sum beyond it.
+    let map = &t.defrag[0].map;
+    let mut pair = (0..map.len() as u32).filter(|&j| map[j as usize] == map[5]);
+    let (a, b) = (pair.next().unwrap(), pair.next().unwrap());
+    // One scratch space throughout, as a serving thread keeps. (Without imputation each
+    // feature's weight is 1; the unit tests cover FIAT weights.)
+    let (mut scratch, mut out) = (Scratch::default(), Prediction::default());
+    let e = model.predict_into(
+        &[a, b],
+        &[f32::MAX, f32::MAX],
+        &opts,
+        &mut scratch,
+        &mut out,
+    );
+    assert_eq!(e, Err(QueryError::ClusterOverflow { id: a }));
+    // The accumulator was left clean: the next query gets the same answer as before.
+    model
+        .predict_into(idx, val, &opts, &mut scratch, &mut out)
+        .unwrap();
+    assert_eq!(out, p);
 }
 
 #[test]

@@ -63,6 +63,13 @@ pub enum DefragViewError {
         /// The array.
         array: &'static str,
     },
+    /// A cluster's FIAT-weighted features could sum beyond `f32`'s range for a query of unit
+    /// norm.
+    #[error("the FIAT weights of cluster {cluster} sum beyond f32's range")]
+    ScaleTooLarge {
+        /// The cluster.
+        cluster: usize,
+    },
 }
 
 /// A query in one member's agglomerated space, and the accumulator that builds it (reusable).
@@ -180,10 +187,22 @@ where
                 }
             })
             .collect();
-        let imputed = match &scale {
+        let imputed: Vec<f32> = match &scale {
             Some(s) => plain.iter().zip(s.iter()).map(|(p, s)| p * s).collect(),
             None => Vec::new(),
         };
+        // A normalized query has every |x_j| ≤ 1, so a cluster's sum is at most the sum of its
+        // features' |weights|: kept within `f32`, no sum of such a query overflows. Plain
+        // weights are at most 1 each; only FIAT scales can push a sum out of range.
+        if !imputed.is_empty() {
+            let mut bound = vec![0f64; k];
+            for (&c, &w) in map.iter().zip(&imputed) {
+                bound[c as usize] += f64::from(w.abs());
+            }
+            if let Some(cluster) = bound.iter().position(|&b| b > f64::from(f32::MAX)) {
+                return Err(DefragViewError::ScaleTooLarge { cluster });
+            }
+        }
         Ok(DefragView {
             map,
             sizes,
@@ -214,6 +233,10 @@ where
     /// Agglomerates a prepared query (ids valid and unique) in one pass over its non-zeros into
     /// `out`: x̃_k = Σ_{j∈F_k} w_j x_j, with w_j the plain or (with `impute`, when stored) the
     /// FIAT weight, then L2-normalizes when `normalize`. Allocates only while `out` grows.
+    ///
+    /// A sum beyond `f32`'s range is an error naming the query's first feature in that cluster.
+    /// Only a query that was not normalized can have one (see [`DefragView::validate`]): a
+    /// model that does not normalize queries agglomerates the values as they came.
     pub fn apply(
         &self,
         idx: &[u32],
@@ -221,7 +244,7 @@ where
         impute: bool,
         normalize: bool,
         out: &mut Agglomerated,
-    ) {
+    ) -> Result<(), u32> {
         if out.acc.len() < self.n_clusters() {
             out.acc.resize(self.n_clusters(), 0.0);
         }
@@ -245,23 +268,36 @@ where
         out_idx.sort_unstable();
         out_idx.dedup();
         let mut w = 0;
+        let mut overflow = None;
         for r in 0..out_idx.len() {
             let c = out_idx[r];
             let v = acc[c as usize];
+            // Every touched slot is zeroed, even after an overflow: the accumulator is clean
+            // for the next query.
             acc[c as usize] = 0.0;
-            if v != 0.0 && v.is_finite() {
+            if !v.is_finite() {
+                overflow = overflow.or(Some(c));
+            } else if v != 0.0 {
                 out_idx[w] = c;
                 out_val.push(v);
                 w += 1;
             }
         }
         out_idx.truncate(w);
+        if let Some(c) = overflow {
+            let first = idx.iter().find(|&&j| self.map[j as usize] == c);
+            return Err(first.copied().unwrap_or_default());
+        }
         if normalize {
             let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
             if norm > 0.0 && norm.is_finite() {
                 out_val.iter_mut().for_each(|v| *v /= norm);
+            } else {
+                // The squares overflowed or underflowed in `f32`: normalize in `f64`.
+                crate::data::l2_normalize(out_val);
             }
         }
+        Ok(())
     }
 
     /// ⟨x, ξ_label⟩ for the agglomerated query held densely in `dense`, or 0 without prototypes.
@@ -395,13 +431,69 @@ mod tests {
     fn apply_sums_scales_and_normalizes() {
         let v = view(Some((vec![0, 1, 2], vec![0, 1], vec![1.0, 1.0]))).unwrap();
         let mut a = Agglomerated::default();
-        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], false, false, &mut a);
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], false, false, &mut a)
+            .unwrap();
         assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![2.0, 1.0]));
-        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], true, false, &mut a);
+        v.apply(&[0, 1, 2], &[1.0, 1.0, 1.0], true, false, &mut a)
+            .unwrap();
         assert_eq!((a.idx.clone(), a.val.clone()), (vec![0, 1], vec![4.0, 2.0]));
-        v.apply(&[1, 3], &[3.0, 0.0], false, true, &mut a);
+        v.apply(&[1, 3], &[3.0, 0.0], false, true, &mut a).unwrap();
         assert_eq!((a.idx.clone(), a.val.clone()), (vec![1], vec![1.0]));
         assert!(a.acc.iter().all(|&x| x == 0.0));
         assert_eq!(v.affinity(1, &[0.5, 0.25]), 0.25);
+    }
+
+    /// A query that was not normalized can sum a cluster beyond `f32`: the first of its
+    /// features there is named, and the accumulator is left clean. Squares beyond `f32` are
+    /// normalized in `f64`.
+    #[test]
+    fn apply_reports_a_cluster_that_overflows_and_normalizes_huge_sums() {
+        let v = view(None).unwrap();
+        let mut a = Agglomerated::default();
+        let big = f32::MAX / 2.0 * 1.5;
+        // Features 1 and 3 are cluster 1; feature 0 is cluster 0.
+        let e = v.apply(&[0, 1, 3], &[1.0, big, big], false, false, &mut a);
+        assert_eq!(e, Err(1));
+        assert!(a.acc.iter().all(|&x| x == 0.0));
+        // Feature 3's FIAT weight (4) takes one value over by itself.
+        let e = v.apply(&[0, 3], &[1.0, big], true, false, &mut a);
+        assert_eq!(e, Err(3));
+        assert!(a.acc.iter().all(|&x| x == 0.0));
+        v.apply(&[0, 1], &[3e30, 4e30], false, true, &mut a)
+            .unwrap();
+        assert_eq!(a.idx, vec![0, 1]);
+        assert!(
+            (a.val[0] - 0.6).abs() < 1e-6 && (a.val[1] - 0.8).abs() < 1e-6,
+            "{:?}",
+            a.val
+        );
+    }
+
+    #[test]
+    fn refuses_fiat_weights_a_cluster_cannot_sum() {
+        let e = V::validate(
+            vec![0, 1, 0, 1],
+            vec![2, 2],
+            Some(vec![f32::MAX, 2.0, f32::MAX, 4.0]),
+            None,
+            4,
+            2,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e, DefragViewError::ScaleTooLarge { cluster: 0 });
+        // One feature at the largest scale is still in range.
+        assert!(
+            V::validate(
+                vec![0, 1, 0, 1],
+                vec![2, 2],
+                Some(vec![1.0, 2.0, f32::MAX, 0.0]),
+                None,
+                4,
+                2,
+                false,
+            )
+            .is_ok()
+        );
     }
 }

@@ -606,7 +606,8 @@ impl Model {
                         impute,
                         self.meta.normalize,
                         &mut scratch.agg,
-                    );
+                    )
+                    .map_err(|id| QueryError::ClusterOverflow { id })?;
                     (&scratch.agg.idx, &scratch.agg.val)
                 }
                 None => (&scratch.q_idx, &scratch.q_val),
@@ -635,7 +636,7 @@ impl Model {
         if rerank {
             let alpha = options.rerank_alpha.unwrap_or(dp.alpha);
             let gamma = options.rerank_gamma.unwrap_or(dp.gamma_r);
-            self.rerank(impute, alpha, gamma, scratch);
+            self.rerank(impute, alpha, gamma, scratch)?;
         }
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
@@ -649,7 +650,13 @@ impl Model {
     /// REFRAG: replaces each merged candidate's probability b_l by
     /// exp(α·log b_l + (1−α)·log a_l), log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over
     /// the members (each compares its own agglomerated query with its own prototype).
-    fn rerank(&self, impute: bool, alpha: f32, gamma: f32, scratch: &mut Scratch) {
+    fn rerank(
+        &self,
+        impute: bool,
+        alpha: f32,
+        gamma: f32,
+        scratch: &mut Scratch,
+    ) -> Result<(), QueryError> {
         scratch.affinity.clear();
         scratch.affinity.resize(scratch.merged.len(), 0.0);
         for view in &self.defrag {
@@ -659,7 +666,8 @@ impl Model {
                 impute,
                 self.meta.normalize,
                 &mut scratch.agg,
-            );
+            )
+            .map_err(|id| QueryError::ClusterOverflow { id })?;
             scatter(&mut scratch.dense, &scratch.agg.idx, &scratch.agg.val);
             for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
                 *a += view.affinity(c.0, &scratch.dense);
@@ -672,6 +680,7 @@ impl Model {
             let log_b = c.1.max(f32::MIN_POSITIVE).ln();
             c.1 = (alpha * log_b + (1.0 - alpha) * log_a).exp();
         }
+        Ok(())
     }
 
     /// Convenience wrapper around [`Model::predict_into`] that allocates.

@@ -27,6 +27,16 @@ pub enum QueryError {
         /// The missing stage.
         stage: &'static str,
     },
+    /// In a model that does not normalize queries, the values of the features of one DEFRAG
+    /// cluster sum beyond `f32`'s range.
+    #[error(
+        "the values of feature {id}'s cluster sum beyond f32's range (this model does not \
+         normalize queries)"
+    )]
+    ClusterOverflow {
+        /// The query's first feature in that cluster.
+        id: u32,
+    },
     /// Ids and values differ in length.
     #[error("{ids} feature ids but {values} values")]
     LengthMismatch {
