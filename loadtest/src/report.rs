@@ -288,9 +288,9 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(m, "# {}\n", r.title);
     let _ = writeln!(
         m,
-        "{} queries from `{}`, k = {}; {:?} arrivals{}, {} s per run after {} s warm-up; latency \
-         from the scheduled send time (coordinated-omission corrected); {} CPUs; load average \
-         {} at the start, {} at the end.{}\n",
+        "{} queries from `{}`, k = {}; {:?} arrivals{}, {} s per run after {} s warm-up{}; \
+         latency from the scheduled send time (coordinated-omission corrected); {} CPUs; load \
+         average {} at the start, {} at the end.{}\n",
         r.queries,
         r.data,
         r.k,
@@ -302,6 +302,11 @@ pub fn markdown(r: &Report) -> String {
         },
         r.load.duration_s,
         r.load.warmup_s,
+        if r.load.connections > 0 {
+            format!(", {} connections opened before each", r.load.connections)
+        } else {
+            String::new()
+        },
         r.cpus,
         la(r.loadavg_start),
         la(r.loadavg_end),
@@ -876,7 +881,7 @@ mod tests {
     /// Each model's `/v1/predict` is set against the `/healthz` of its own server.
     #[test]
     fn every_model_gets_its_own_share_of_the_http_floor() {
-        let r = Report {
+        let mut r = Report {
             title: "t".into(),
             kind: Kind::MaxRate,
             load: LoadSpec::default(),
@@ -905,6 +910,14 @@ mod tests {
         );
         assert!(
             md.contains("b: `/v1/predict` max rate is 50% of `/healthz`'s (14000 / 28000 req/s)"),
+            "{md}"
+        );
+        // The load shape says when connections were opened first, and only then.
+        assert!(!md.contains("connections opened"), "{md}");
+        r.load.connections = 512;
+        let md = markdown(&r);
+        assert!(
+            md.contains("1 s warm-up, 512 connections opened before each; latency"),
             "{md}"
         );
     }
