@@ -163,9 +163,9 @@ fn out_of_range_cluster_ids_and_prototype_indices_are_refused_at_open() {
     );
 }
 
-/// A model that does not normalize queries agglomerates and scores the values as they come:
-/// values near `f32`'s limit are refused (a 422 at the server), never answered with undefined
-/// scores, and ordinary values are still answered.
+/// A model that does not normalize queries agglomerates the values as they come: values of one
+/// cluster whose sum overflows `f32` are refused (a 422 at the server) instead of being dropped
+/// from the query unsaid, and ordinary values are still answered.
 #[test]
 fn huge_values_in_a_model_that_does_not_normalize_are_refused_not_scored() {
     let (train, test) = (load("train"), load("test"));
