@@ -17,7 +17,7 @@ pub use ids::{FeatureId, LabelId};
 pub use names::read_names;
 pub use stats::DataStats;
 pub use synth::{SynthParams, generate, generate_split};
-pub use write::{l2_normalize, l2_normalize_rows, write_xc, write_xc_file};
+pub use write::{l2_normalize, l2_normalize_query, l2_normalize_rows, write_xc, write_xc_file};
 pub use xc::{read_xc, read_xc_file};
 
 /// A CSR (or, where noted, CSC) matrix of `f32` with `u32` column indices and `usize` row pointers.

@@ -135,6 +135,19 @@ pub fn l2_normalize_rows(m: &mut SparseMatrix) {
     rows.into_par_iter().for_each(l2_normalize);
 }
 
+/// Scales a query's values to unit L2 norm on the request path: in `f32` when the squares fit,
+/// else as [`l2_normalize`] does, in `f64`. The squares overflow for a value beyond about
+/// 1.8e19 and underflow when every value is below about 1e-19; with no values (norm 0) nothing
+/// changes.
+pub fn l2_normalize_query(val: &mut [f32]) {
+    let norm = val.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        val.iter_mut().for_each(|v| *v /= norm);
+    } else {
+        l2_normalize(val);
+    }
+}
+
 /// Scales `row` to unit L2 norm, with the norm and the quotients in `f64` (every `f32`'s square
 /// fits); a row with zero norm stays zero.
 pub fn l2_normalize(row: &mut [f32]) {

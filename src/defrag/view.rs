@@ -289,13 +289,7 @@ where
             return Err(first.copied().unwrap_or_default());
         }
         if normalize {
-            let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
-            if norm > 0.0 && norm.is_finite() {
-                out_val.iter_mut().for_each(|v| *v /= norm);
-            } else {
-                // The squares overflowed or underflowed in `f32`: normalize in `f64`.
-                crate::data::l2_normalize(out_val);
-            }
+            crate::data::l2_normalize_query(out_val);
         }
         Ok(())
     }

@@ -126,15 +126,7 @@ pub fn prepare(
     out_idx.truncate(w);
     out_val.truncate(w);
     if normalize {
-        let norm = out_val.iter().map(|v| v * v).sum::<f32>().sqrt();
-        if norm > 0.0 && norm.is_finite() {
-            out_val.iter_mut().for_each(|v| *v /= norm);
-        } else {
-            // The squares overflowed (a value beyond about 1.8e19) or underflowed (every value
-            // below about 1e-19) in `f32`, or there are no values: normalize as training does,
-            // in `f64`, which holds every `f32`'s square.
-            crate::data::l2_normalize(out_val);
-        }
+        crate::data::l2_normalize_query(out_val);
     }
     Ok(())
 }
