@@ -206,14 +206,13 @@ pub fn client_with_idle(idle: Option<Duration>) -> HttpClient {
         .build(conn)
 }
 
-/// Sends one request, giving its status and body.
-pub async fn send(
-    client: &HttpClient,
+/// A `POST` of `body` as JSON, or a `GET` without one, with `headers`; `None` when a header
+/// does not make a valid request.
+fn request(
     uri: &Uri,
     body: Option<Bytes>,
     headers: &[(&str, &str)],
-    timeout: Duration,
-) -> (Status, Bytes) {
+) -> Option<Request<Full<Bytes>>> {
     let mut builder = Request::builder().uri(uri.clone());
     builder = match &body {
         Some(_) => builder
@@ -224,9 +223,19 @@ pub async fn send(
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    let req = match builder.body(Full::new(body.unwrap_or_default())) {
-        Ok(r) => r,
-        Err(_) => return (Status::Transport, Bytes::new()),
+    builder.body(Full::new(body.unwrap_or_default())).ok()
+}
+
+/// Sends one request, giving its status and body.
+pub async fn send(
+    client: &HttpClient,
+    uri: &Uri,
+    body: Option<Bytes>,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> (Status, Bytes) {
+    let Some(req) = request(uri, body, headers) else {
+        return (Status::Transport, Bytes::new());
     };
     let fut = async {
         let resp = client.request(req).await.map_err(|_| Status::Transport)?;
@@ -264,22 +273,16 @@ pub async fn open_connections(
     for _ in 0..n {
         let (client, target, gate) = (client.clone(), target.clone(), Arc::clone(&gate));
         tasks.spawn(async move {
-            let mut req = Request::builder().uri(target.uri.clone());
-            req = match target.bodies.first() {
-                Some(_) => req
-                    .method(Method::POST)
-                    .header("content-type", "application/json"),
-                None => req.method(Method::GET),
-            };
-            let body = Full::new(target.bodies.first().cloned().unwrap_or_default());
-            let answer = match req.body(body) {
-                Ok(req) => tokio::time::timeout(timeout, client.request(req)).await,
-                Err(_) => return false,
+            let answer = match request(&target.uri, target.bodies.first().cloned(), &[]) {
+                Some(req) => tokio::time::timeout(timeout, client.request(req))
+                    .await
+                    .ok(),
+                None => None,
             };
             // Every task reaches the gate, answered or not, or the others would wait forever.
             gate.wait().await;
             match answer {
-                Ok(Ok(resp)) => {
+                Some(Ok(resp)) => {
                     let ok = resp.status().is_success();
                     // Read to its end, the connection goes back to the pool; dropped unread,
                     // it would be closed.
