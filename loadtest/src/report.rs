@@ -278,6 +278,21 @@ fn sockets(s: Option<&Span>) -> String {
         .map_or("–".into(), |[a, b]| format!("{a} → {b}"))
 }
 
+/// A span's host steal time, ms.
+fn steal(s: Option<&Span>) -> Option<f64> {
+    s.map(|s| s.cpu_ms.steal)
+}
+
+/// A span's `kdamond` time, ms.
+fn kdamond(s: Option<&Span>) -> Option<f64> {
+    s.and_then(|s| s.kdamond_ms)
+}
+
+/// A span's minor faults of the generator.
+fn generator_faults(s: Option<&Span>) -> Option<u64> {
+    s.and_then(|s| s.generator_minor_faults)
+}
+
 fn la(v: Option<f64>) -> String {
     f(v, 2)
 }
@@ -536,9 +551,9 @@ pub fn markdown(r: &Report) -> String {
                 s.latency.p50_ms,
                 s.latency.p99_ms,
                 s.latency.max_ms,
-                f(w.machine.as_ref().map(|s| s.cpu_ms.steal), 0),
-                f(w.machine.as_ref().and_then(|s| s.kdamond_ms), 1),
-                n(w.machine.as_ref().and_then(|s| s.generator_minor_faults)),
+                f(steal(w.machine.as_ref()), 0),
+                f(kdamond(w.machine.as_ref()), 1),
+                n(generator_faults(w.machine.as_ref())),
                 sockets(w.machine.as_ref()),
                 f(w.server.map(|x| x.run_wait_ms), 1),
                 w.server.map_or("–".to_string(), |x| format!(
@@ -646,10 +661,7 @@ pub fn markdown(r: &Report) -> String {
                     )
                 })
         };
-        let steal = |i: usize| h.machine[i].as_ref().map(|s| s.cpu_ms.steal);
-        let kdamond = |i: usize| h.machine[i].as_ref().and_then(|s| s.kdamond_ms);
-        let faults_of_generator =
-            |i: usize| h.machine[i].as_ref().and_then(|s| s.generator_minor_faults);
+        let phase = |i: usize| h.machine[i].as_ref();
         let faults = |i: usize| {
             h.server[i].map_or("–".to_string(), |x| {
                 format!("{} major / {} minor", x.major_faults, x.minor_faults)
@@ -686,15 +698,15 @@ pub fn markdown(r: &Report) -> String {
             pt(&h.predict_time[0]),
             pt(&h.predict_time[1]),
             pt(&h.predict_time[2]),
-            f(steal(0), 0),
-            f(steal(1), 0),
-            f(steal(2), 0),
-            f(kdamond(0), 1),
-            f(kdamond(1), 1),
-            f(kdamond(2), 1),
-            n(faults_of_generator(0)),
-            n(faults_of_generator(1)),
-            n(faults_of_generator(2)),
+            f(steal(phase(0)), 0),
+            f(steal(phase(1)), 0),
+            f(steal(phase(2)), 0),
+            f(kdamond(phase(0)), 1),
+            f(kdamond(phase(1)), 1),
+            f(kdamond(phase(2)), 1),
+            n(generator_faults(phase(0))),
+            n(generator_faults(phase(1))),
+            n(generator_faults(phase(2))),
             wait(0),
             wait(1),
             wait(2),
