@@ -9,7 +9,7 @@ use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
 use xmc::data::Dataset;
-use xmc::defrag::view::DefragViewError;
+use xmc::defrag::view::{Agglomerated, DefragViewError};
 use xmc::model::{Model, ModelError, PredictOptions, Prediction, QueryError, Scratch};
 use xmc::train::Trained;
 
@@ -110,6 +110,82 @@ fn rerank_changes_order_only_among_search_candidates() {
         )
         .unwrap();
     assert_eq!(alpha1.labels, candidates[..5].to_vec());
+}
+
+/// With α = 0 a reranked score is exp(−γ_r(1 − a_l)), a_l the affinity averaged over the
+/// members, each computed here from the member's own agglomeration of the query. Two members,
+/// FIAT on, and one scratch space reused across queries of different lengths.
+#[test]
+fn reranked_scores_average_every_members_own_affinity() {
+    let (train, test) = (load("train"), load("test"));
+    let t = train_with(
+        &train,
+        &[
+            "max_leaf=40",
+            "defrag=xy",
+            "trees=2",
+            "refrag=on",
+            "fiat=on",
+        ],
+    );
+    let model = open(&t).unwrap();
+    assert_eq!(model.defrag().len(), 2);
+    let gamma = 3.0f32;
+    let opts = PredictOptions {
+        k: 10,
+        rerank: Some(true),
+        impute: Some(true),
+        rerank_alpha: Some(0.0),
+        rerank_gamma: Some(gamma),
+        ..PredictOptions::default()
+    };
+    let mut scratch = Scratch::default();
+    let mut agg = Agglomerated::default();
+    let mut dense = vec![0.0f32; model.meta().n_features];
+    for row in [0, 7, 1, 30, 2] {
+        let (idx, val) = test.feature_row(row);
+        let mut out = Prediction::default();
+        model
+            .predict_into(idx, val, &opts, &mut scratch, &mut out)
+            .unwrap();
+        assert_eq!(out.labels.len(), 10);
+        // The query as the model sees it: Corel5k's rows are sorted, and the model
+        // normalizes.
+        let mut q: Vec<(u32, f32)> = idx.iter().copied().zip(val.iter().copied()).collect();
+        q.retain(|&(_, v)| v != 0.0);
+        if model.meta().normalize {
+            let norm = q
+                .iter()
+                .map(|&(_, v)| f64::from(v).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            for e in &mut q {
+                e.1 = (f64::from(e.1) / norm) as f32;
+            }
+        }
+        let (qi, qv): (Vec<u32>, Vec<f32>) = q.into_iter().unzip();
+        let mut affinity = vec![0.0f32; out.labels.len()];
+        for view in model.defrag() {
+            view.apply(&qi, &qv, true, model.meta().normalize, &mut agg)
+                .unwrap();
+            for (&c, &v) in agg.idx.iter().zip(&agg.val) {
+                dense[c as usize] = v;
+            }
+            for (a, &l) in affinity.iter_mut().zip(&out.labels) {
+                *a += view.affinity(l.0, &dense);
+            }
+            for &c in &agg.idx {
+                dense[c as usize] = 0.0;
+            }
+        }
+        for ((&l, &s), &a) in out.labels.iter().zip(&out.scores).zip(&affinity) {
+            let want = (-gamma * (1.0 - a / 2.0)).exp();
+            assert!(
+                (s - want).abs() <= 1e-5 * want.max(1.0),
+                "row {row} label {l}: score {s}, want {want}"
+            );
+        }
+    }
 }
 
 #[test]

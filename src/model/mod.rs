@@ -153,6 +153,9 @@ pub struct Scratch {
     bp: BpScratch,
     /// The query in one member's agglomerated space.
     agg: Agglomerated,
+    /// With REFRAG, every member's agglomerated query, kept from the tree search for the
+    /// rerank.
+    kept: KeptQueries,
     /// Per candidate, the summed REFRAG affinity over the members.
     affinity: Vec<f32>,
 }
@@ -166,6 +169,40 @@ impl Scratch {
             bp_acc: self.bp.acc_len(),
             clusters: self.agg.acc_len(),
         }
+    }
+}
+
+/// Sparse queries back to back, in the order they were pushed.
+#[derive(Clone, Debug, Default)]
+struct KeptQueries {
+    idx: Vec<u32>,
+    val: Vec<f32>,
+    /// Per query, the end of its entries.
+    end: Vec<usize>,
+}
+
+impl KeptQueries {
+    fn clear(&mut self) {
+        self.idx.clear();
+        self.val.clear();
+        self.end.clear();
+    }
+
+    fn push(&mut self, idx: &[u32], val: &[f32]) {
+        self.idx.extend_from_slice(idx);
+        self.val.extend_from_slice(val);
+        self.end.push(self.idx.len());
+    }
+
+    fn len(&self) -> usize {
+        self.end.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u32], &[f32])> {
+        let starts = std::iter::once(0).chain(self.end.iter().copied());
+        starts
+            .zip(&self.end)
+            .map(|(s, &e)| (&self.idx[s..e], &self.val[s..e]))
     }
 }
 
@@ -566,6 +603,7 @@ impl Model {
         let mut outputs = 0;
         let (mut early, mut capped, mut late) = (true, false, false);
         scratch.merged.clear();
+        scratch.kept.clear();
         out.blocks.clear();
         if let Some(bp) = &self.bp {
             // BP models have no DEFRAG stage (training refuses the pair): the router and the
@@ -608,6 +646,9 @@ impl Model {
                         &mut scratch.agg,
                     )
                     .map_err(|id| QueryError::ClusterOverflow { id })?;
+                    if rerank {
+                        scratch.kept.push(&scratch.agg.idx, &scratch.agg.val);
+                    }
                     (&scratch.agg.idx, &scratch.agg.val)
                 }
                 None => (&scratch.q_idx, &scratch.q_val),
@@ -636,7 +677,7 @@ impl Model {
         if rerank {
             let alpha = options.rerank_alpha.unwrap_or(dp.alpha);
             let gamma = options.rerank_gamma.unwrap_or(dp.gamma_r);
-            self.rerank(impute, alpha, gamma, scratch)?;
+            self.rerank(alpha, gamma, scratch);
         }
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
@@ -649,30 +690,18 @@ impl Model {
 
     /// REFRAG: replaces each merged candidate's probability b_l by
     /// exp(α·log b_l + (1−α)·log a_l), log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over
-    /// the members (each compares its own agglomerated query with its own prototype).
-    fn rerank(
-        &self,
-        impute: bool,
-        alpha: f32,
-        gamma: f32,
-        scratch: &mut Scratch,
-    ) -> Result<(), QueryError> {
+    /// the members (each compares its own agglomerated query, kept by the tree search, with its
+    /// own prototype).
+    fn rerank(&self, alpha: f32, gamma: f32, scratch: &mut Scratch) {
         scratch.affinity.clear();
         scratch.affinity.resize(scratch.merged.len(), 0.0);
-        for view in &self.defrag {
-            view.apply(
-                &scratch.q_idx,
-                &scratch.q_val,
-                impute,
-                self.meta.normalize,
-                &mut scratch.agg,
-            )
-            .map_err(|id| QueryError::ClusterOverflow { id })?;
-            scatter(&mut scratch.dense, &scratch.agg.idx, &scratch.agg.val);
+        debug_assert_eq!(scratch.kept.len(), self.defrag.len());
+        for (view, (qi, qv)) in self.defrag.iter().zip(scratch.kept.iter()) {
+            scatter(&mut scratch.dense, qi, qv);
             for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
                 *a += view.affinity(c.0, &scratch.dense);
             }
-            unscatter(&mut scratch.dense, &scratch.agg.idx);
+            unscatter(&mut scratch.dense, qi);
         }
         let inv = 1.0 / self.defrag.len().max(1) as f32;
         for (c, &a) in scratch.merged.iter_mut().zip(&scratch.affinity) {
@@ -680,7 +709,6 @@ impl Model {
             let log_b = c.1.max(f32::MIN_POSITIVE).ln();
             c.1 = (alpha * log_b + (1.0 - alpha) * log_a).exp();
         }
-        Ok(())
     }
 
     /// Convenience wrapper around [`Model::predict_into`] that allocates.
