@@ -21,6 +21,8 @@ pub enum ApiError {
     Unauthorized,
     /// A reload was asked for and failed; the old model keeps serving.
     ReloadFailed(String),
+    /// The request ran past `request_timeout_ms` (the message says what happens next).
+    Timeout(String),
     /// Something that should not happen; details go to the log only.
     Internal(String),
 }
@@ -59,6 +61,7 @@ impl ApiError {
                 "reload_failed",
                 format!("{m}; the previous model is still serving"),
             ),
+            ApiError::Timeout(m) => (StatusCode::REQUEST_TIMEOUT, "timeout", m.clone()),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",

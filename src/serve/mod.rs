@@ -22,7 +22,7 @@ pub use reload::{FileSig, Loaded, ReloadOutcome, ScratchPool};
 use crate::model::ScratchSizes;
 use arc_swap::ArcSwapOption;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -31,7 +31,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 /// What the last loads did, for `GET /v1/model`.
@@ -178,17 +177,38 @@ async fn metrics_upkeep(handle: PrometheusHandle) {
     }
 }
 
-/// Records the per-route request metrics: one layer for every route.
-async fn track(req: Request, next: Next) -> Response {
+/// Counts a request in `xmc_inflight_requests` for as long as it lives: also when its future is
+/// dropped (a client that hangs up, a panic), which a decrement after the `await` would miss.
+struct Inflight(metrics::Gauge);
+
+impl Inflight {
+    fn start() -> Inflight {
+        let gauge = metrics::gauge!("xmc_inflight_requests");
+        gauge.increment(1.0);
+        Inflight(gauge)
+    }
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+/// Records the per-route request metrics and bounds each request by `request_timeout_ms`: one
+/// layer for every route. A request past the limit is answered 408 with the usual error body,
+/// and counted like any other answer.
+async fn track(State(limit): State<Duration>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let inflight = metrics::gauge!("xmc_inflight_requests");
-    inflight.increment(1.0);
+    let _inflight = Inflight::start();
     let start = Instant::now();
-    let resp = next.run(req).await;
-    inflight.decrement(1.0);
+    let resp = match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => timed_out(&route, limit).into_response(),
+    };
     metrics::histogram!("xmc_request_duration_seconds", "route" => route.clone())
         .record(start.elapsed().as_secs_f64());
     metrics::counter!(
@@ -198,6 +218,21 @@ async fn track(req: Request, next: Next) -> Response {
     )
     .increment(1);
     resp
+}
+
+/// The answer to a request that ran past `limit`.
+fn timed_out(route: &str, limit: Duration) -> ApiError {
+    let mut message = format!(
+        "the request took longer than request_timeout_ms ({} ms)",
+        limit.as_millis()
+    );
+    if route == "/v1/admin/reload" {
+        // The handler runs the load in a task of its own, which the timeout does not stop.
+        message.push_str(
+            "; the reload goes on and publishes the model when it is done (see GET /v1/model)",
+        );
+    }
+    ApiError::Timeout(message)
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
@@ -222,7 +257,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     let limit = state.cfg.body_limit_bytes;
     router
         .fallback(routes::not_found)
-        .layer(middleware::from_fn(track))
+        .layer(middleware::from_fn_with_state(timeout, track))
         .layer(DefaultBodyLimit::max(limit))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request| {
@@ -236,10 +271,6 @@ pub fn app(state: Arc<AppState>) -> Router {
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }

@@ -505,7 +505,13 @@ pub async fn admin_reload(
     } else {
         reload::Trigger::Explicit
     };
-    match reload::load_now(&state, trigger).await {
+    // The load runs in a task of its own, so that it finishes and publishes even when this
+    // request does not: a client that hangs up, or the request timeout.
+    let task = tokio::spawn(async move { reload::load_now(&state, trigger).await });
+    let outcome = task
+        .await
+        .map_err(|e| ApiError::Internal(format!("the reload task failed: {e}")))?;
+    match outcome {
         Ok(ReloadOutcome::Loaded(version)) => {
             Ok(Json(json!({"reloaded": true, "version": version})))
         }
