@@ -220,13 +220,16 @@ async fn track(State(limit): State<Duration>, req: Request, next: Next) -> Respo
     resp
 }
 
+/// The admin reload route's path (the router's and the request limit's message).
+const RELOAD_ROUTE: &str = "/v1/admin/reload";
+
 /// The answer to a request that ran past `limit`.
 fn timed_out(route: &str, limit: Duration) -> ApiError {
     let mut message = format!(
         "the request took longer than request_timeout_ms ({} ms)",
         limit.as_millis()
     );
-    if route == "/v1/admin/reload" {
+    if route == RELOAD_ROUTE {
         // The handler runs the load in a task of its own, which the timeout does not stop.
         message.push_str(
             "; the reload goes on and publishes the model when it is done (see GET /v1/model)",
@@ -246,7 +249,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/v1/predict", post(routes::predict))
         .route("/v1/predict/batch", post(routes::predict_batch))
         .route("/v1/model", get(routes::model_info))
-        .route("/v1/admin/reload", post(routes::admin_reload))
+        .route(RELOAD_ROUTE, post(routes::admin_reload))
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/openapi.json", get(routes::openapi));
