@@ -26,6 +26,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::FutureExt;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -197,7 +198,7 @@ impl Drop for Inflight {
 
 /// Records the per-route request metrics and bounds each request by `request_timeout_ms`: one
 /// layer for every route. A request past the limit is answered 408 with the usual error body,
-/// and counted like any other answer.
+/// a handler that panics 500, and both are counted like any other answer.
 async fn track(State(limit): State<Duration>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
@@ -205,8 +206,12 @@ async fn track(State(limit): State<Duration>, req: Request, next: Next) -> Respo
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let _inflight = Inflight::start();
     let start = Instant::now();
-    let resp = match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
+    // A handler's panic becomes a 500 here, inside the count; the outer panic layer is for
+    // the layers themselves.
+    let run = std::panic::AssertUnwindSafe(next.run(req)).catch_unwind();
+    let resp = match tokio::time::timeout(limit, run).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(payload)) => panic_response(payload),
         Err(_) => timed_out(&route, limit).into_response(),
     };
     metrics::histogram!("xmc_request_duration_seconds", "route" => route.clone())
@@ -238,8 +243,14 @@ fn timed_out(route: &str, limit: Duration) -> ApiError {
     ApiError::Timeout(message)
 }
 
-fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    ApiError::Internal("a handler panicked".into()).into_response()
+/// The 500 for a panic; its message goes to the log only.
+fn panic_response(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)");
+    ApiError::Internal(format!("a handler panicked: {message}")).into_response()
 }
 
 /// The API router. `/metrics` is included unless the config puts it on its own port (then see
@@ -256,10 +267,16 @@ pub fn app(state: Arc<AppState>) -> Router {
     if state.cfg.metrics_bind.is_none() {
         router = router.route("/metrics", get(routes::metrics));
     }
+    with_layers(router.fallback(routes::not_found), state)
+}
+
+/// The layers every API route goes through, inside out: `track` (which also turns a handler's
+/// panic into a counted 500), the body limit, tracing, the request id, and a panic layer for
+/// the layers themselves.
+fn with_layers(router: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
     let timeout = Duration::from_millis(state.cfg.request_timeout_ms);
     let limit = state.cfg.body_limit_bytes;
     router
-        .fallback(routes::not_found)
         .layer(middleware::from_fn_with_state(timeout, track))
         .layer(DefaultBodyLimit::max(limit))
         .layer(
@@ -663,6 +680,47 @@ mod tests {
             assert_eq!(resp.status(), axum::http::StatusCode::OK);
             // The first request took a spare; the second found its scratch space big enough.
             assert_eq!(large.scratch.spares(), left);
+        }
+    }
+
+    /// A handler that panics is answered with the error body, and `track` counts the 500.
+    #[tokio::test]
+    async fn a_handler_panic_is_answered_500_and_counted() {
+        use tower::ServiceExt;
+        let state = AppState::new(ServeConfig::defaults()).unwrap();
+        let router = Router::new().route(
+            "/test/panics",
+            axum::routing::get(|| async {
+                if std::hint::black_box(true) {
+                    panic!("a handler that panics");
+                }
+                "unreachable"
+            }),
+        );
+        let app = with_layers(router, state.clone());
+        let counted = || {
+            let text = state.metrics.render();
+            text.lines()
+                .find(|l| {
+                    l.starts_with("xmc_requests_total{")
+                        && l.contains(r#"route="/test/panics""#)
+                        && l.contains(r#"status="500""#)
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        for n in 1..=2 {
+            let req = axum::http::Request::get("/test/panics")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], "internal", "{body}");
+            assert_eq!(counted(), n);
         }
     }
 
