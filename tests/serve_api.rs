@@ -450,6 +450,18 @@ async fn info_routes_health_metrics_and_openapi() {
     let (s, v) = call(&state, "GET", "/openapi.json", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["openapi"], "3.1.0");
+    // The metrics layer can answer any route 408 (the request limit) or 500 (a handler's
+    // fault), so every operation documents both.
+    for (path, ops) in v["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            for status in ["408", "500"] {
+                assert!(
+                    op["responses"].get(status).is_some(),
+                    "{method} {path} does not document {status}"
+                );
+            }
+        }
+    }
     // The served document states this server's limits.
     let k = &v["components"]["schemas"]["PredictRequest"]["properties"]["k"];
     assert_eq!(k["maximum"], json!(state.cfg.max_k));
