@@ -374,6 +374,13 @@ async fn every_error_has_its_code_and_shape() {
         ),
         ("GET", "/v1/nope", None, StatusCode::NOT_FOUND),
         ("POST", "/v1/admin/reload", None, StatusCode::NOT_FOUND),
+        (
+            "DELETE",
+            "/v1/predict",
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        ("POST", "/healthz", None, StatusCode::METHOD_NOT_ALLOWED),
     ];
     for (method, uri, body, want) in cases {
         let (s, v) = call(&state, method, uri, body.clone()).await;
@@ -391,6 +398,37 @@ async fn every_error_has_its_code_and_shape() {
         v["error"]["message"].as_str().unwrap().contains("499"),
         "{v}"
     );
+}
+
+/// A known route asked with a method it does not take: 405 with the error body, the methods
+/// it does take in `Allow`, and the answer counted under the route.
+#[tokio::test]
+async fn a_wrong_method_gets_the_error_body_and_allow() {
+    let (_dir, state, _) = loaded_state(None).await;
+    for (method, uri, allow) in [
+        ("GET", "/v1/predict", "POST"),
+        ("PUT", "/v1/model", "GET,HEAD"),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        let resp = app(state.clone()).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()["allow"], allow);
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(method),
+            "{v}"
+        );
+    }
+    let (_, v) = call(&state, "GET", "/metrics", None).await;
+    let line = "xmc_requests_total{route=\"/v1/predict\",status=\"405\"} 1\n";
+    assert!(v.as_str().unwrap().contains(line), "{v}");
 }
 
 #[tokio::test]

@@ -267,7 +267,10 @@ pub fn app(state: Arc<AppState>) -> Router {
     if state.cfg.metrics_bind.is_none() {
         router = router.route("/metrics", get(routes::metrics));
     }
-    with_layers(router.fallback(routes::not_found), state)
+    let router = router
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed);
+    with_layers(router, state)
 }
 
 /// The layers every API route goes through, inside out: `track` (which also turns a handler's
@@ -299,6 +302,8 @@ fn with_layers(router: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
 pub fn metrics_app(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)
 }
 
@@ -680,6 +685,33 @@ mod tests {
             assert_eq!(resp.status(), axum::http::StatusCode::OK);
             // The first request took a spare; the second found its scratch space big enough.
             assert_eq!(large.scratch.spares(), left);
+        }
+    }
+
+    /// The separate metrics port answers other paths and methods with the API's error body.
+    #[tokio::test]
+    async fn the_metrics_port_answers_errors_in_the_api_shape() {
+        use tower::ServiceExt;
+        let state = AppState::new(ServeConfig::defaults()).unwrap();
+        for (method, uri, status, code) in [
+            ("GET", "/metrics", 200, None),
+            ("GET", "/v1/predict", 404, Some("not_found")),
+            ("POST", "/metrics", 405, Some("method_not_allowed")),
+        ] {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let resp = metrics_app(state.clone()).oneshot(req).await.unwrap();
+            assert_eq!(resp.status().as_u16(), status, "{method} {uri}");
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            if let Some(code) = code {
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(body["error"]["code"], code, "{body}");
+            }
         }
     }
 

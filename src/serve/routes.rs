@@ -7,7 +7,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize, Serializer};
@@ -598,4 +598,12 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
 pub async fn not_found() -> Response {
     let body = json!({"error": {"code": "not_found", "message": "no such route"}});
     (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+/// A route asked with a method it does not take gets the same error shape too (the router adds
+/// the `Allow` header).
+pub async fn method_not_allowed(method: Method) -> Response {
+    let message = format!("this route does not take {method}");
+    let body = json!({"error": {"code": "method_not_allowed", "message": message}});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
