@@ -23,6 +23,10 @@ pub enum ApiError {
     ReloadFailed(String),
     /// The request ran past `request_timeout_ms` (the message says what happens next).
     Timeout(String),
+    /// No route has this path.
+    NotFound,
+    /// The route does not take this method (the router adds the `Allow` header).
+    MethodNotAllowed(String),
     /// Something that should not happen; details go to the log only.
     Internal(String),
 }
@@ -62,6 +66,12 @@ impl ApiError {
                 format!("{m}; the previous model is still serving"),
             ),
             ApiError::Timeout(m) => (StatusCode::REQUEST_TIMEOUT, "timeout", m.clone()),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found", "no such route".into()),
+            ApiError::MethodNotAllowed(method) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("this route does not take {method}"),
+            ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",

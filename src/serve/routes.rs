@@ -595,15 +595,12 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// Unknown routes get the same error shape.
-pub async fn not_found() -> Response {
-    let body = json!({"error": {"code": "not_found", "message": "no such route"}});
-    (StatusCode::NOT_FOUND, Json(body)).into_response()
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound
 }
 
 /// A route asked with a method it does not take gets the same error shape too (the router adds
 /// the `Allow` header).
-pub async fn method_not_allowed(method: Method) -> Response {
-    let message = format!("this route does not take {method}");
-    let body = json!({"error": {"code": "method_not_allowed", "message": message}});
-    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+pub async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method.to_string())
 }
