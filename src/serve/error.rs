@@ -1,7 +1,7 @@
 //! The one error type of the HTTP API, and its single mapping to status codes and JSON.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 /// Everything a request can fail with. Clients see `{"error":{"code","message"}}`.
@@ -26,7 +26,7 @@ pub enum ApiError {
     /// No route has this path.
     NotFound,
     /// The route does not take this method (the router adds the `Allow` header).
-    MethodNotAllowed(String),
+    MethodNotAllowed(Method),
     /// Something that should not happen; details go to the log only.
     Internal(String),
 }

@@ -267,10 +267,16 @@ pub fn app(state: Arc<AppState>) -> Router {
     if state.cfg.metrics_bind.is_none() {
         router = router.route("/metrics", get(routes::metrics));
     }
-    let router = router
+    with_layers(with_error_fallbacks(router), state)
+}
+
+/// An unknown path or a method its route does not take gets the error body (404 or 405), on
+/// every router the server runs. Set after the last route: axum applies the method fallback to
+/// the routes already added.
+fn with_error_fallbacks(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    router
         .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed);
-    with_layers(router, state)
+        .method_not_allowed_fallback(routes::method_not_allowed)
 }
 
 /// The layers every API route goes through, inside out: `track` (which also turns a handler's
@@ -300,11 +306,7 @@ fn with_layers(router: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
 
 /// The router of the separate metrics port.
 pub fn metrics_app(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/metrics", get(routes::metrics))
-        .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
-        .with_state(state)
+    with_error_fallbacks(Router::new().route("/metrics", get(routes::metrics))).with_state(state)
 }
 
 /// Starts the server: loads the model, spawns the poller, serves until ctrl-c or SIGTERM, then

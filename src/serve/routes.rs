@@ -602,5 +602,5 @@ pub async fn not_found() -> ApiError {
 /// A route asked with a method it does not take gets the same error shape too (the router adds
 /// the `Allow` header).
 pub async fn method_not_allowed(method: Method) -> ApiError {
-    ApiError::MethodNotAllowed(method.to_string())
+    ApiError::MethodNotAllowed(method)
 }
