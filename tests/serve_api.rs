@@ -75,10 +75,24 @@ async fn call_with(
     (status, value)
 }
 
+/// Checks the status and the one error shape, with a code that `openapi.json`'s `Error` schema
+/// lists.
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode) {
     assert_eq!(status, want, "{body}");
-    assert!(body["error"]["code"].is_string(), "{body}");
+    let code = body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no code: {body}"));
     assert!(body["error"]["message"].is_string(), "{body}");
+    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
+    let codes =
+        &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"];
+    let listed = codes
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c == code));
+    assert!(
+        listed,
+        "{code} is not in openapi.json's Error codes {codes}"
+    );
 }
 
 async fn loaded_state(token: Option<&str>) -> (tempfile::TempDir, Arc<AppState>, String) {

@@ -91,3 +91,72 @@ impl IntoResponse for ApiError {
         (status, Json(body)).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::collections::BTreeSet;
+
+    /// How many variants `ApiError` has: the arms of [`variant`].
+    const VARIANTS: usize = 11;
+
+    /// A distinct number below [`VARIANTS`] for each variant. The match is exhaustive, so a new
+    /// variant does not compile until it has an arm here, a reminder to number it, raise
+    /// [`VARIANTS`] and list one in [`one_of_each`].
+    fn variant(e: &ApiError) -> usize {
+        match e {
+            ApiError::Malformed(_) => 0,
+            ApiError::TooLarge(_) => 1,
+            ApiError::Invalid(_) => 2,
+            ApiError::NoModel => 3,
+            ApiError::AdminOff => 4,
+            ApiError::Unauthorized => 5,
+            ApiError::ReloadFailed(_) => 6,
+            ApiError::Timeout(_) => 7,
+            ApiError::NotFound => 8,
+            ApiError::MethodNotAllowed(_) => 9,
+            ApiError::Internal(_) => 10,
+        }
+    }
+
+    fn one_of_each() -> Vec<ApiError> {
+        vec![
+            ApiError::Malformed("expected value at line 1 column 1".into()),
+            ApiError::TooLarge(1024),
+            ApiError::Invalid("k must be at least 1".into()),
+            ApiError::NoModel,
+            ApiError::AdminOff,
+            ApiError::Unauthorized,
+            ApiError::ReloadFailed("bundle is truncated".into()),
+            ApiError::Timeout("the request took longer than 2000 ms".into()),
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed(Method::PUT),
+            ApiError::Internal("a handler panicked".into()),
+        ]
+    }
+
+    #[test]
+    fn every_code_is_in_the_openapi_error_schema() {
+        let all = one_of_each();
+        let variants: BTreeSet<usize> = all.iter().map(variant).collect();
+        assert_eq!(
+            variants,
+            (0..VARIANTS).collect(),
+            "one_of_each misses a variant"
+        );
+        assert_eq!(all.len(), VARIANTS, "one_of_each lists a variant twice");
+
+        let doc: Value = serde_json::from_str(super::super::routes::OPENAPI).expect("openapi.json");
+        let at = "/components/schemas/Error/properties/error/properties/code/enum";
+        let listed: BTreeSet<&str> = doc
+            .pointer(at)
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("openapi.json has no {at}"))
+            .iter()
+            .map(|c| c.as_str().expect("a code is a string"))
+            .collect();
+        let produced: BTreeSet<&str> = all.iter().map(|e| e.parts().1).collect();
+        assert_eq!(listed, produced);
+    }
+}
