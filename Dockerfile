@@ -3,7 +3,13 @@
 #   docker run --rm -p 8080:8080 xmc
 FROM rust:1.95-slim AS build
 WORKDIR /src
-COPY . .
+# Only what the build reads: the manifests (cargo loads every declared target, benches included,
+# and the loadtest member's), the sources, and the OpenAPI document the server embeds.
+COPY Cargo.toml Cargo.lock openapi.json ./
+COPY src/ src/
+COPY benches/ benches/
+COPY loadtest/Cargo.toml loadtest/
+COPY loadtest/src/ loadtest/src/
 RUN cargo build --release --locked --bin xmc
 
 FROM debian:bookworm-slim
