@@ -75,8 +75,6 @@ async fn call_with(
     (status, value)
 }
 
-/// Checks the status and the one error shape, with a code that `openapi.json`'s `Error` schema
-/// lists.
 /// The error codes `openapi.json`'s `Error` schema lists, read once for every test here.
 static DOCUMENTED_CODES: LazyLock<Vec<String>> = LazyLock::new(|| {
     let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
@@ -94,6 +92,8 @@ static DOCUMENTED_CODES: LazyLock<Vec<String>> = LazyLock::new(|| {
         .collect()
 });
 
+/// Checks the status and the one error shape, with a code that `openapi.json`'s `Error` schema
+/// lists.
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode) {
     assert_eq!(status, want, "{body}");
     let code = body["error"]["code"]
