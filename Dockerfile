@@ -4,8 +4,10 @@
 FROM rust:1.95-slim AS build
 WORKDIR /src
 # Only what the build reads: the manifests (cargo loads every declared target, benches included,
-# and the loadtest member's), the sources, and the OpenAPI document the server embeds.
+# and the loadtest member's), the build flags (.cargo/config.toml: x86-64-v2, whose POPCNT the
+# search uses), the sources, and the OpenAPI document the server embeds.
 COPY Cargo.toml Cargo.lock openapi.json ./
+COPY .cargo/ .cargo/
 COPY src/ src/
 COPY benches/ benches/
 COPY loadtest/Cargo.toml loadtest/
