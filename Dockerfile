@@ -1,17 +1,30 @@
 # Multi-stage build: compile xmc, then ship the binary with the default model, as a non-root user.
 #   docker build -t xmc .
 #   docker run --rm -p 8080:8080 xmc
-FROM rust:1.95-slim AS build
+FROM rust:1.95-slim AS chef
+# cargo-chef turns the manifests into a recipe and builds the dependencies from it alone, so a
+# source change does not rebuild them (the `cook` layer below stays cached while the recipe is
+# unchanged; versions are masked in it, so a version bump does not invalidate it either).
+RUN cargo install cargo-chef --locked --version 0.1.78
 WORKDIR /src
+
+FROM chef AS plan
 # Only what the build reads: the manifests (cargo loads every declared target, benches included,
 # and the loadtest member's), the build flags (.cargo/config.toml: x86-64-v2, whose POPCNT the
-# search uses), the sources, and the OpenAPI document the server embeds.
+# search uses; the recipe carries them, so the dependencies are built with them too), the
+# sources, and the OpenAPI document the server embeds.
 COPY Cargo.toml Cargo.lock openapi.json ./
 COPY .cargo/ .cargo/
 COPY src/ src/
 COPY benches/ benches/
 COPY loadtest/Cargo.toml loadtest/
 COPY loadtest/src/ loadtest/src/
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS build
+COPY --from=plan /src/recipe.json recipe.json
+RUN cargo chef cook --release --locked --recipe-path recipe.json --bin xmc
+COPY --from=plan /src/ ./
 RUN cargo build --release --locked --bin xmc
 
 FROM debian:bookworm-slim
