@@ -25,12 +25,17 @@ FROM chef AS build
 COPY --from=plan /src/recipe.json recipe.json
 RUN cargo chef cook --release --locked --recipe-path recipe.json --bin xmc
 COPY --from=plan /src/ ./
-RUN cargo build --release --locked --bin xmc
+# The release profile keeps line-level debug info for `perf` (36 of the binary's 43 MB). The
+# image ships without it: `strip --strip-debug` keeps the symbol table, so `perf` and a panic's
+# backtrace still name functions, and leaves the code byte for byte as built (7 MB). The build
+# stage keeps the full binary: `docker build --target build` for line-level profiles.
+RUN cargo build --release --locked --bin xmc \
+ && strip --strip-debug -o target/release/xmc.stripped target/release/xmc
 
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --home-dir /srv/xmc xmc
 WORKDIR /srv/xmc
-COPY --from=build /src/target/release/xmc /usr/local/bin/xmc
+COPY --from=build /src/target/release/xmc.stripped /usr/local/bin/xmc
 COPY models/ models/
 COPY config/ config/
 USER xmc
