@@ -37,7 +37,8 @@ RUN useradd --system --uid 10001 --home-dir /srv/xmc xmc
 WORKDIR /srv/xmc
 COPY --from=build /src/target/release/xmc.stripped /usr/local/bin/xmc
 COPY models/ models/
-COPY config/ config/
+# Only the server's config: the image serves, and carries no data for the training configs.
+COPY config/server.toml config/
 USER xmc
 EXPOSE 8080
 ENV XMC_BIND=0.0.0.0:8080
