@@ -465,9 +465,18 @@ pub fn markdown(r: &Report) -> String {
         let Some(h) = health.filter(|h| h.max_rate > 0.0) else {
             continue;
         };
+        // The floor's own p99 at half its max rate says whether the hour could meet a latency
+        // line at all: when even `/healthz` misses it, no route of the server can.
+        let halves = match (&p.half, &h.half) {
+            (Some(ph), Some(hh)) => format!(
+                " At half of each: `/v1/predict` p99 {:.3} ms, `/healthz` p99 {:.3} ms.",
+                ph.summary.latency.p99_ms, hh.summary.latency.p99_ms
+            ),
+            _ => String::new(),
+        };
         let _ = writeln!(
             m,
-            "{}: `/v1/predict` max rate is {}{:.0}% of `/healthz`'s ({:.0} / {:.0} req/s{}).\n",
+            "{}: `/v1/predict` max rate is {}{:.0}% of `/healthz`'s ({:.0} / {:.0} req/s{}).{}\n",
             p.label,
             if h.at_ceiling { "at most " } else { "" },
             100.0 * p.max_rate / h.max_rate,
@@ -477,7 +486,8 @@ pub fn markdown(r: &Report) -> String {
                 "; `/healthz` reached the ceiling"
             } else {
                 ""
-            }
+            },
+            halves
         );
     }
     if let Some(h) = &r.hot_swap {
@@ -924,6 +934,32 @@ mod tests {
             md.contains("b: `/v1/predict` max rate is 50% of `/healthz`'s (14000 / 28000 req/s)"),
             "{md}"
         );
+        // Without half-rate runs there are no half-rate figures to set side by side.
+        assert!(!md.contains("At half of each"), "{md}");
+        let half = |p99_ms: f64| {
+            let mut summary = Summary::default();
+            summary.latency.p99_ms = p99_ms;
+            Step {
+                rate: 0.0,
+                pass: true,
+                summary,
+                loadavg: None,
+                steal_ms: None,
+                server: None,
+            }
+        };
+        r.max_rate[0].half = Some(half(4.123));
+        r.max_rate[1].half = Some(half(0.857));
+        let md = markdown(&r);
+        assert!(
+            md.contains(
+                "(18000 / 32000 req/s). At half of each: `/v1/predict` p99 4.123 ms, \
+                 `/healthz` p99 0.857 ms."
+            ),
+            "{md}"
+        );
+        // Model b has no half-rate runs, so its line is as before.
+        assert!(md.contains("(14000 / 28000 req/s).\n"), "{md}");
         // The load shape says when connections were opened first, and only then.
         assert!(!md.contains("connections opened"), "{md}");
         r.load.connections = 512;
