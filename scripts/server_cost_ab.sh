@@ -9,7 +9,8 @@
 #   REV     a commit to compare against (its xmc must read BUNDLE)
 #   RATE    requests a second, Poisson arrivals, 10 s per endpoint after 1 s of warm-up
 #           (default 4000)
-#   ROUNDS  alternated rounds, each running REV's server and then this checkout's (default 3)
+#   ROUNDS  rounds, each running both servers one after the other: REV's first in odd rounds,
+#           this checkout's first in even ones (default 3)
 #   BUNDLE  (environment) the model served (default out/serve-debian-deps/b8.xmcb, which
 #           scripts/serving_models.sh trains)
 #
@@ -72,7 +73,9 @@ scenario "$sha" "$tree/target/release/xmc"
 scenario head target/release/xmc
 
 for round in $(seq "$ROUNDS"); do
-  for name in "$sha" head; do
+  order=("$sha" head)
+  [ $((round % 2)) -eq 1 ] || order=(head "$sha")
+  for name in "${order[@]}"; do
     echo "round $round: $name" >&2
     target/release/xmc-loadtest "$OUT/$name.toml" --out "$OUT/$name-$round" >"$OUT/$name-$round.log"
   done
@@ -86,7 +89,7 @@ cost = {}
 print("| round | build | predict CPU µs/request | predict p99 ms | /healthz CPU µs/request | /healthz p99 ms |")
 print("|---:|---|---:|---:|---:|---:|")
 for r in range(1, rounds + 1):
-    for name in (sha, "head"):
+    for name in (sha, "head") if r % 2 else ("head", sha):
         report = json.load(open(f"{out}/{name}-{r}/report.json"))
         row = {}
         for m in report["max_rate"]:
