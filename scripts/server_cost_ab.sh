@@ -11,8 +11,9 @@
 #           (default 4000)
 #   ROUNDS  rounds, each running both servers one after the other: REV's first in odd rounds,
 #           this checkout's first in even ones (default 3)
-#   BUNDLE  (environment) the model served (default out/serve-debian-deps/b8.xmcb, which
-#           scripts/serving_models.sh trains)
+#   BUNDLE  (environment) the model served, one of debian-deps, whose test split the queries
+#           come from (default out/serve-debian-deps/b8.xmcb, which scripts/serving_models.sh
+#           trains)
 #
 # Reports go to out/cost-ab/. The other revision is unpacked and built under
 # target/cost-ab/tree-REV, with the build outputs (kept, so a second comparison with it builds
@@ -89,7 +90,7 @@ cost = {}
 print("| round | build | predict CPU µs/request | predict p99 ms | /healthz CPU µs/request | /healthz p99 ms |")
 print("|---:|---|---:|---:|---:|---:|")
 for r in range(1, rounds + 1):
-    for name in (sha, "head") if r % 2 else ("head", sha):
+    for name in (sha, "head"):
         report = json.load(open(f"{out}/{name}-{r}/report.json"))
         row = {}
         for m in report["max_rate"]:
