@@ -7,7 +7,8 @@
 //! - [`queries`]: request bodies and truth from an XC file; quality through `xmc::eval`.
 //! - [`pin`]: pinning the generator and the servers to CPUs.
 //! - [`server`]: starting `xmc serve`, probing a server, reading its memory.
-//! - [`runner`]: depth-vs-latency, hot-swap and max-rate.
+//! - [`runner`]: the run context and the dispatch to a scenario.
+//! - [`scenarios`]: depth-vs-latency, max-rate and hot-swap, each with its report section.
 //! - [`report`] and [`plot`]: JSON, Markdown, SVG and PNG.
 
 pub mod engine;
@@ -17,5 +18,6 @@ pub mod queries;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod scenarios;
 pub mod server;
 pub mod stats;
