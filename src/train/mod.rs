@@ -188,79 +188,13 @@ pub fn train(
         tree_stats = trained.block_stats.clone();
         bp = Some(trained);
     } else {
-        // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
-        // exactly what they were before the λ split existed.
-        let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
-        let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
-        // The trees are independent, so they train concurrently: the members' partitions first,
-        // then every member's classifiers in one pool, so that one tree's narrow top levels (a
-        // root with two columns) overlap with another's wide bottom ones. Each member's seed and
-        // each column's seed are fixed, so the bundle does not depend on the schedule.
-        let seeds: Vec<u64> = (0..cfg.trees)
-            .map(|t| {
-                cfg.seed
-                    .wrapping_add(t as u64)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            })
-            .collect();
-        progress.phase(
-            if cfg.defrag.on() {
-                "feature clusters and label partitions"
-            } else {
-                "label partitions"
-            },
-            cfg.trees as u64,
-        );
-        // Without DEFRAG every member partitions the same label embeddings: they are computed
-        // once, not once per tree (and held once).
-        let start = Instant::now();
-        let shared = (cfg.model == ModelKind::Tree && !cfg.defrag.on() && cfg.trees > 1)
-            .then(|| pifa_embeddings(ds));
-        if shared.is_some() {
-            seconds.insert("embeddings".into(), start.elapsed().as_secs_f64().into());
-        }
-        let members: Vec<Member> = seeds
-            .par_iter()
-            .enumerate()
-            .map(|(t, &seed)| {
-                let member = partition_member(ds, cfg, freqs.as_ref(), shared.as_ref(), seed, t);
-                progress.step();
-                member
-            })
-            .collect::<Result<_, _>>()?;
-        drop(shared);
-        let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
-        progress.phase("classifiers", n_nodes as u64);
-        let trained: Vec<OneTree> = members
-            .par_iter()
-            .zip(&seeds)
-            .enumerate()
-            .map(|(t, (m, &seed))| {
-                let member_ds = m.defrag.as_ref().map_or(ds, |b| &b.dataset);
-                tree_classifiers(member_ds, cfg, &m.layout, seed, &|| progress.step())
-                    .map_err(|e| e.for_tree(t))
-            })
-            .collect::<Result<_, _>>()?;
-        for (t, (m, one)) in members.into_iter().zip(trained).enumerate() {
-            if let Some(built) = &m.defrag {
-                seconds.insert(
-                    format!("tree{t}_defrag_clustering"),
-                    built.arrays.cluster_seconds.into(),
-                );
-                seconds.insert(format!("tree{t}_defrag"), m.defrag_s.into());
-            }
-            seconds.insert(format!("tree{t}_partition"), m.partition_s.into());
-            seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
-            let mut stats = one.stats;
-            if let Some(built) = m.defrag {
-                if let Some(obj) = stats.as_object_mut() {
-                    obj.insert("defrag".into(), defrag_stats(&built.arrays));
-                }
-                defrag.push(built.arrays);
-            }
-            tree_stats.push(stats);
-            trees.push(one.arrays);
-        }
+        train_trees(
+            ds,
+            cfg,
+            progress,
+            &mut seconds,
+            (&mut trees, &mut tree_stats, &mut defrag),
+        )?;
     }
     let label_counts = label_counts(ds);
     let bp_arrays = bp.as_ref().map(|b| &b.arrays);
@@ -315,6 +249,95 @@ pub fn train(
         feature_names: inputs.feature_names,
         meta,
     })
+}
+
+/// The label trees of a model without BP: every member's partition, then every member's
+/// classifiers, into `trees`, `tree_stats` and `defrag`, with their timings in `seconds`.
+fn train_trees(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    progress: &dyn Progress,
+    seconds: &mut serde_json::Map<String, serde_json::Value>,
+    (trees, tree_stats, defrag): (
+        &mut Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+        &mut Vec<serde_json::Value>,
+        &mut Vec<DefragArrays>,
+    ),
+) -> Result<(), TrainError> {
+    // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
+    // exactly what they were before the λ split existed.
+    let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
+    let freqs = weighted.then(|| label_frequencies(&ds.labels, cfg.freq));
+    // The trees are independent, so they train concurrently: the members' partitions first,
+    // then every member's classifiers in one pool, so that one tree's narrow top levels (a
+    // root with two columns) overlap with another's wide bottom ones. Each member's seed and
+    // each column's seed are fixed, so the bundle does not depend on the schedule.
+    let seeds: Vec<u64> = (0..cfg.trees)
+        .map(|t| {
+            cfg.seed
+                .wrapping_add(t as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+        .collect();
+    progress.phase(
+        if cfg.defrag.on() {
+            "feature clusters and label partitions"
+        } else {
+            "label partitions"
+        },
+        cfg.trees as u64,
+    );
+    // Without DEFRAG every member partitions the same label embeddings: they are computed
+    // once, not once per tree (and held once).
+    let start = Instant::now();
+    let shared = (cfg.model == ModelKind::Tree && !cfg.defrag.on() && cfg.trees > 1)
+        .then(|| pifa_embeddings(ds));
+    if shared.is_some() {
+        seconds.insert("embeddings".into(), start.elapsed().as_secs_f64().into());
+    }
+    let members: Vec<Member> = seeds
+        .par_iter()
+        .enumerate()
+        .map(|(t, &seed)| {
+            let member = partition_member(ds, cfg, freqs.as_ref(), shared.as_ref(), seed, t);
+            progress.step();
+            member
+        })
+        .collect::<Result<_, _>>()?;
+    drop(shared);
+    let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
+    progress.phase("classifiers", n_nodes as u64);
+    let trained: Vec<OneTree> = members
+        .par_iter()
+        .zip(&seeds)
+        .enumerate()
+        .map(|(t, (m, &seed))| {
+            let member_ds = m.defrag.as_ref().map_or(ds, |b| &b.dataset);
+            tree_classifiers(member_ds, cfg, &m.layout, seed, &|| progress.step())
+                .map_err(|e| e.for_tree(t))
+        })
+        .collect::<Result<_, _>>()?;
+    for (t, (m, one)) in members.into_iter().zip(trained).enumerate() {
+        if let Some(built) = &m.defrag {
+            seconds.insert(
+                format!("tree{t}_defrag_clustering"),
+                built.arrays.cluster_seconds.into(),
+            );
+            seconds.insert(format!("tree{t}_defrag"), m.defrag_s.into());
+        }
+        seconds.insert(format!("tree{t}_partition"), m.partition_s.into());
+        seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
+        let mut stats = one.stats;
+        if let Some(built) = m.defrag {
+            if let Some(obj) = stats.as_object_mut() {
+                obj.insert("defrag".into(), defrag_stats(&built.arrays));
+            }
+            defrag.push(built.arrays);
+        }
+        tree_stats.push(stats);
+        trees.push(one.arrays);
+    }
+    Ok(())
 }
 
 /// One trained tree, with its statistics and timings.
