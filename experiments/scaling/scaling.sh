@@ -2,7 +2,7 @@
 # How xmc scales with cores, measured in one run on one data set (default debian-deps, the
 # largest here), beside omikuji where it is on PATH:
 #
-#   scripts/scaling.sh [THREADS...]   (default: 1 2 4 … up to the cores, and the cores)
+#   experiments/scaling/scaling.sh [THREADS...]   (default: 1 2 4 … up to the cores, and the cores)
 #
 # 1. Training, end to end (`xmc train`, `omikuji train`, the same uncompressed train.txt) at
 #    each thread count: wall and CPU seconds, peak RSS, speedup over the first count. xmc
@@ -23,8 +23,8 @@
 # SCALING_BENCH (prebuilt binaries: nothing is built when all three are given), OMIKUJI
 # (default: omikuji on PATH; empty: skip it). Prints Markdown tables.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=${DATA:-../shared/datasets/debian-deps}
+cd "$(dirname "$0")/../.."
+DATA=${DATA:-${XMC_DATASETS:-../shared/datasets}/debian-deps}
 OUT=${OUT:-/tmp/xmc-scaling}
 OMIKUJI=${OMIKUJI-$(command -v omikuji || true)}
 SERVE_CPUS=${SERVE_CPUS:-}
