@@ -109,7 +109,7 @@ echo
 mapfile -t percore < <(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u | cut -d, -f1)
 for n in $SERVE_CPUS; do
   # One sender thread per two server cores (one sender loaded about two cores' worth of
-  # predict on the device; ARCHITECTURE.md, "Scaling with cores"), unless SENDERS says.
+  # predict on the device; bench/results/2026-11-27-scaling-device.md), unless SENDERS says.
   senders=${SENDERS:-$(((n + 1) / 2))}
   if [ $((senders + n)) -gt ${#percore[@]} ]; then
     echo "server on $n CPUs: $senders senders and $n server CPUs need more than the ${#percore[@]} cores here"
