@@ -7,7 +7,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The trees whose files may cite decisions, relative to the repository root.
-const ROOTS: [&str; 6] = ["src", "loadtest/src", "benches", "tests", "config", "scripts"];
+const ROOTS: [&str; 6] = [
+    "src",
+    "loadtest/src",
+    "benches",
+    "tests",
+    "config",
+    "scripts",
+];
 
 /// The kinds of file read: code, configuration and scripts.
 const EXTENSIONS: [&str; 5] = ["rs", "toml", "sh", "py", "lua"];
@@ -78,8 +85,8 @@ fn scanned() -> Vec<(PathBuf, String)> {
         .into_iter()
         .filter(|p| p.file_name() != Some(this))
         .map(|p| {
-            let text = fs::read_to_string(&p)
-                .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            let text =
+                fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
             (p, text)
         })
         .collect()
@@ -100,9 +107,16 @@ fn every_cited_decision_exists() {
             }
         }
     }
-    assert!(missing.is_empty(), "cited decisions that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "cited decisions that do not exist:\n{}",
+        missing.join("\n")
+    );
     // The code does cite decisions; a scan that finds none has lost its way, not passed.
-    assert!(cited >= 10, "only {cited} citations of docs/decisions/ found");
+    assert!(
+        cited >= 10,
+        "only {cited} citations of docs/decisions/ found"
+    );
 }
 
 #[test]
@@ -132,7 +146,10 @@ fn the_decision_index_lists_every_decision() {
         let name = name.to_string_lossy();
         if name.ends_with(".md") && name != "README.md" {
             decisions += 1;
-            assert!(index.contains(&format!("({name})")), "README.md does not link {name}");
+            assert!(
+                index.contains(&format!("({name})")),
+                "README.md does not link {name}"
+            );
         }
     }
     assert!(decisions > 0, "no decision files in docs/decisions/");
@@ -140,7 +157,8 @@ fn the_decision_index_lists_every_decision() {
 
 #[test]
 fn the_citation_scanner_reads_what_it_should() {
-    let line = "// (docs/decisions/0003-weight-rows-four-weights.md). And docs/decisions/README.md.";
+    let line =
+        "// (docs/decisions/0003-weight-rows-four-weights.md). And docs/decisions/README.md.";
     assert_eq!(
         citations(line),
         ["docs/decisions/0003-weight-rows-four-weights.md"]
@@ -149,5 +167,7 @@ fn the_citation_scanner_reads_what_it_should() {
     assert!(cites_architecture_title(
         r#"// (ARCHITECTURE.md, "Weight rows")."#
     ));
-    assert!(!cites_architecture_title("// See ARCHITECTURE.md for the map."));
+    assert!(!cites_architecture_title(
+        "// See ARCHITECTURE.md for the map."
+    ));
 }

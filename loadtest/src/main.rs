@@ -35,10 +35,7 @@ fn real_main() -> anyhow::Result<()> {
         .data
         .resolve(std::env::var_os("XMC_DATASETS").as_deref())
     {
-        eprintln!(
-            "xmc-loadtest: skipped {}: {why}",
-            args.scenario.display()
-        );
+        eprintln!("xmc-loadtest: skipped {}: {why}", args.scenario.display());
         return Ok(());
     }
     let out = args

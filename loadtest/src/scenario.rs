@@ -311,7 +311,11 @@ impl DataSpec {
     /// variable unset, or no such file) when the path used the variable, so that the caller can
     /// skip the scenario with that message instead of failing.
     pub fn resolve(&mut self, datasets: Option<&std::ffi::OsStr>) -> Result<(), String> {
-        let Some(rest) = self.test.to_str().and_then(|t| t.strip_prefix(DATASETS_PREFIX)) else {
+        let Some(rest) = self
+            .test
+            .to_str()
+            .and_then(|t| t.strip_prefix(DATASETS_PREFIX))
+        else {
             return Ok(());
         };
         let Some(root) = datasets else {
@@ -506,7 +510,9 @@ rates = [100, 200.5]
         let mut d = spec("$XMC_DATASETS/set/test.txt");
         d.resolve(Some(dir.as_os_str())).unwrap();
         assert_eq!(d.test, dir.join("set/test.txt"));
-        let e = spec("$XMC_DATASETS/set/test.txt").resolve(None).unwrap_err();
+        let e = spec("$XMC_DATASETS/set/test.txt")
+            .resolve(None)
+            .unwrap_err();
         assert!(e.contains("XMC_DATASETS is not set"), "{e}");
         let e = spec("$XMC_DATASETS/none/test.txt")
             .resolve(Some(dir.as_os_str()))
