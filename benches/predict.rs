@@ -1,6 +1,6 @@
 //! Per-query prediction cost on real data, one thread.
 //!
-//! Trains a T = 1 label tree on a data set (default `../shared/datasets/debian-deps`; set
+//! Trains a T = 1 label tree on a data set (`debian-deps` under `XMC_DATASETS`; or set
 //! `XMC_BENCH_DATA` to another directory holding `train.txt.gz` and `test.txt.gz`), or opens the
 //! bundle in `XMC_BENCH_MODEL`, then prints:
 //!
@@ -23,7 +23,8 @@
 //!
 //! Run with `cargo bench --bench predict`. It prints figures and asserts nothing about time.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
 use xmc::bundle::{Bundle, OpenOptions};
 use xmc::config::TrainConfig;
@@ -39,10 +40,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/debian-deps"),
-        PathBuf::from,
-    );
+    let Some(dir) = common::data_dir("predict", "debian-deps") else {
+        return Ok(());
+    };
     let mut test: Dataset = data::read_xc_file(&dir.join("test.txt.gz"))?;
     data::l2_normalize_rows(&mut test.features);
     let model = match std::env::var("XMC_BENCH_MODEL") {

@@ -4,7 +4,7 @@
 //! Opens the bundle in `XMC_BENCH_MODEL` (default `out/serve-debian-deps/b8.xmcb`, the serving
 //! model that `scripts/serving_models.sh` trains) and builds the load tester's request bodies
 //! (`{"features":[[id,value],...],"k":5}`) from the test split in `XMC_BENCH_DATA` (default
-//! `../shared/datasets/debian-deps`). Then, one thread, rounds alternating so that every part sees
+//! `debian-deps` under `XMC_DATASETS`). Then, one thread, rounds alternating so that every part sees
 //! the same machine, it prints the mean µs per request of:
 //!
 //! - `healthz`: `GET /healthz` through `app()` (the HTTP floor's in-process part);
@@ -19,6 +19,8 @@
 //! request's span costs less here than under `xmc serve`, alike for both routes. Run with
 //! `cargo bench --bench request_path`.
 //! It prints figures and asserts nothing about time.
+
+mod common;
 
 use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
@@ -49,15 +51,17 @@ fn main() -> anyhow::Result<()> {
         |_| root.join("out/serve-debian-deps/b8.xmcb"),
         PathBuf::from,
     );
-    let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
-        |_| root.join("../shared/datasets/debian-deps"),
-        PathBuf::from,
-    );
-    anyhow::ensure!(
-        model.exists(),
-        "{} is missing: run scripts/serving_models.sh, or set XMC_BENCH_MODEL",
-        model.display()
-    );
+    let Some(dir) = common::data_dir("request_path", "debian-deps") else {
+        return Ok(());
+    };
+    if !model.exists() {
+        println!(
+            "request_path: skipped: {} is missing: run scripts/serving_models.sh, or set \
+             XMC_BENCH_MODEL",
+            model.display()
+        );
+        return Ok(());
+    }
     let test = data::read_xc_file(&dir.join("test.txt.gz"))?;
     let mut bodies = Vec::new();
     let mut rows = Vec::new();

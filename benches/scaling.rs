@@ -2,7 +2,7 @@
 //!
 //! Opens the bundle in `XMC_BENCH_MODEL`, or trains `config/debian-deps.toml`'s model (the
 //! serving model: one tree, branching 8) on `train.txt.gz` of `XMC_BENCH_DATA` (default
-//! `../shared/datasets/debian-deps`). Then, for each thread count of `XMC_BENCH_THREADS`
+//! `debian-deps` under `XMC_DATASETS`). Then, for each thread count of `XMC_BENCH_THREADS`
 //! (comma-separated; default 1, 2, 4, … up to the cores this process may use, and that count),
 //! it predicts every point of the test split (k = 5, the model's beam, the early-stopping
 //! search) on a rayon pool of that many threads, `XMC_BENCH_PASSES` times (default 5) after one
@@ -12,6 +12,8 @@
 //! labels and scores equal the first count's bit for bit.
 //!
 //! Run with `cargo bench --bench scaling`. It prints figures and asserts nothing about time.
+
+mod common;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -58,10 +60,9 @@ fn thread_counts() -> anyhow::Result<Vec<usize>> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/debian-deps"),
-        PathBuf::from,
-    );
+    let Some(dir) = common::data_dir("scaling", "debian-deps") else {
+        return Ok(());
+    };
     let passes: usize = match std::env::var("XMC_BENCH_PASSES") {
         Ok(p) => p
             .parse()

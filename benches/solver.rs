@@ -1,7 +1,7 @@
 //! PPDSparse against the reference dual coordinate descent on flat one-vs-all, on real data.
 //!
 //! Data: `XMC_BENCH_DATA` (a directory with `train.txt.gz` and `test.txt.gz`), by default
-//! `../shared/datasets/debian-deps`, the largest set there. `XMC_BENCH_STRIDE` (default 8) picks
+//! `debian-deps` under `XMC_DATASETS`, the largest set there. `XMC_BENCH_STRIDE` (default 8) picks
 //! every s-th label for the head-to-head runs: the reference solver needs about 0.12 s of one
 //! core per label on this data, so all 31,824 labels would take it about an hour on 2 cores.
 //! The subset keeps head and tail labels in their natural proportion. P@1 on the subset ranks
@@ -16,7 +16,8 @@
 //! P@1 and nnz(W) after pruning. Run with `cargo bench --bench solver`. It prints figures and
 //! asserts nothing about time.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
 use xmc::data::{self, Dataset};
 use xmc::linear::{self, LinearColumn, Method, SolverParams};
@@ -98,10 +99,9 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let dir = std::env::var("XMC_BENCH_DATA").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/debian-deps"),
-        PathBuf::from,
-    );
+    let Some(dir) = common::data_dir("solver", "debian-deps") else {
+        return Ok(());
+    };
     let stride = env_usize("XMC_BENCH_STRIDE", 8)?;
     let threads = env_usize("XMC_BENCH_THREADS", 2)?;
     let scaling_stride = env_usize("XMC_BENCH_SCALING_STRIDE", stride)?;

@@ -4,7 +4,7 @@
 #
 #   scripts/serving_models.sh [DATA_DIR] [OUT]
 #
-#   DATA_DIR  a directory with train.txt.gz (default ../shared/datasets/debian-deps)
+#   DATA_DIR  a directory with train.txt.gz (default $XMC_DATASETS/debian-deps)
 #   OUT       where the bundles go (default out/serve-debian-deps)
 #
 # OUT/b8.xmcb and OUT/b8-seed1.xmcb: config/debian-deps.toml (one tree, branching 8) with seeds
@@ -13,7 +13,15 @@
 # B = 8. Bundles already present are kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${1:-../shared/datasets/debian-deps}
+if [ $# -ge 1 ]; then
+  DATA=$1
+elif [ -n "${XMC_DATASETS:-}" ]; then
+  DATA=$XMC_DATASETS/debian-deps
+else
+  echo "serving_models.sh: give DATA_DIR, or set XMC_DATASETS to a directory holding debian-deps/" >&2
+  exit 1
+fi
+[ -f "$DATA/train.txt.gz" ] || { echo "serving_models.sh: $DATA/train.txt.gz does not exist" >&2; exit 1; }
 OUT=${2:-out/serve-debian-deps}
 mkdir -p "$OUT"
 cargo build --release --quiet --bin xmc

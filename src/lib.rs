@@ -5,18 +5,31 @@
 //! applies at query time:
 //!
 //! - [`data`]: the Extreme Classification Repository text format, sparse matrices, the
-//!   [`data::FeatureId`] and [`data::LabelId`] newtypes, and a seeded synthetic generator.
+//!   [`data::FeatureId`] and [`data::LabelId`] newtypes, name files, and a seeded synthetic
+//!   generator.
+//! - `text`: vectorizes raw text into feature vectors (tf-idf over an fst vocabulary stored in
+//!   the bundle).
 //! - [`eval`]: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, coverage@k and expected depth@k, one
 //!   implementation for every caller.
 //! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
-//! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
-//!   It is the only module allowed `unsafe`.
-//! - [`router`]: the BP instance router: block-wise partitioning of points and labels, the
-//!   linear router over the blocks, and one model per block.
+//! - [`cluster`]: balanced spherical 2-means and the λ-weighted split, shared by the label tree
+//!   and DEFRAG.
 //! - [`defrag`]: DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking: the
 //!   feature clustering at training time and the validated view the request path applies.
+//! - [`tree`]: label trees: PIFA embeddings, the tree's construction, node classifiers, the
+//!   chunk layout of a node's weights, and the early-stopping and beam searches.
+//! - [`router`]: the BP instance router: block-wise partitioning of points and labels, the
+//!   linear router over the blocks, and one model per block.
+//! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
+//!   It is the only module allowed `unsafe`.
+//! - [`model`]: the request path: one immutable model over one bundle, validated at open,
+//!   answering `predict(query, options)`.
+//! - [`train`]: the trainer, composing the stage trainers into one bundle.
+//! - [`config`]: the training configuration: defaults, a TOML file's `[train]` table, `--set`.
+//! - [`serve`]: the HTTP server: routes, errors, the swappable model, loading, metrics.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
+//! - [`cli`]: the `xmc` subcommands' arguments and what each runs.
 //!
 //! The binary `xmc` (in `main.rs` and [`cli`]) parses arguments and calls into these modules.
 

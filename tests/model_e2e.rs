@@ -408,7 +408,7 @@ fn rows_and_entries_answer_alike_on_real_data() {
     // The bundle stores the entries' outputs at the narrowest width, `u8` here (max_leaf 20). The
     // row rule weighs rows against entries of eight bytes, so with one-byte outputs the rows can
     // take more room than the entries would; they are kept for the memory reads they save
-    // (ARCHITECTURE.md, "Weight rows").
+    // (docs/decisions/0003-weight-rows-four-weights.md).
     let width = |m: &Model| m.bundle().section("tree.0.chunk.entry_out").unwrap().dtype;
     assert_eq!(width(&entries), Dtype::U8);
     assert!(entries.trees()[0].chunks.entry_out.outs().len() > 1000);

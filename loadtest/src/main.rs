@@ -28,7 +28,16 @@ fn main() {
 
 fn real_main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let scenario = Scenario::load(&args.scenario)?;
+    let mut scenario = Scenario::load(&args.scenario)?;
+    // A scenario whose data set is not on this machine is skipped, not failed: a clone without
+    // the data sets still runs every command of its documentation.
+    if let Err(why) = scenario
+        .data
+        .resolve(std::env::var_os("XMC_DATASETS").as_deref())
+    {
+        eprintln!("xmc-loadtest: skipped {}: {why}", args.scenario.display());
+        return Ok(());
+    }
     let out = args
         .out
         .clone()

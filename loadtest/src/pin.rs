@@ -7,7 +7,7 @@
 //! read. Those waits are the generator's, not the server's, yet they land in the measured
 //! latency. With `load.cpus` and `server.cpus` set to disjoint CPUs, the generator's yields only
 //! reach its own threads, and the server keeps its own cores, as it would behind a real network
-//! (ARCHITECTURE.md, "The server", gives the measurements).
+//! (docs/decisions/0010-loading-under-sched-idle.md gives the measurements).
 
 use anyhow::{Context, bail};
 use rustix::process::Pid;

@@ -301,6 +301,38 @@ fn positive(key: &str, v: f64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How a `data.test` path names the directory of the data sets, the environment variable
+/// `XMC_DATASETS` (a directory holding `debian-deps/`, `Bibtex/`, ...).
+pub const DATASETS_PREFIX: &str = "$XMC_DATASETS/";
+
+impl DataSpec {
+    /// Resolves a `data.test` that starts with `$XMC_DATASETS/` against `datasets`, the value of
+    /// that variable; other paths stay as they are. Errs with why the data is not there (the
+    /// variable unset, or no such file) when the path used the variable, so that the caller can
+    /// skip the scenario with that message instead of failing.
+    pub fn resolve(&mut self, datasets: Option<&std::ffi::OsStr>) -> Result<(), String> {
+        let Some(rest) = self
+            .test
+            .to_str()
+            .and_then(|t| t.strip_prefix(DATASETS_PREFIX))
+        else {
+            return Ok(());
+        };
+        let Some(root) = datasets else {
+            return Err(format!(
+                "`data.test` is {}, and XMC_DATASETS is not set",
+                self.test.display()
+            ));
+        };
+        let path = Path::new(root).join(rest);
+        if !path.is_file() {
+            return Err(format!("{} does not exist", path.display()));
+        }
+        self.test = path;
+        Ok(())
+    }
+}
+
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> anyhow::Result<Scenario> {
@@ -463,6 +495,33 @@ rates = [100, 200.5]
 
     fn err(text: &str) -> String {
         format!("{:#}", Scenario::parse(text).expect_err("an error"))
+    }
+
+    #[test]
+    fn data_under_xmc_datasets_resolves_or_says_why_not() {
+        let dir = std::env::temp_dir().join(format!("xmc-lt-data-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("set")).unwrap();
+        std::fs::write(dir.join("set/test.txt"), "1 1 1\n0 0:1\n").unwrap();
+        let spec = |t: &str| DataSpec {
+            test: PathBuf::from(t),
+            k: 5,
+            limit: 0,
+        };
+        let mut d = spec("$XMC_DATASETS/set/test.txt");
+        d.resolve(Some(dir.as_os_str())).unwrap();
+        assert_eq!(d.test, dir.join("set/test.txt"));
+        let e = spec("$XMC_DATASETS/set/test.txt")
+            .resolve(None)
+            .unwrap_err();
+        assert!(e.contains("XMC_DATASETS is not set"), "{e}");
+        let e = spec("$XMC_DATASETS/none/test.txt")
+            .resolve(Some(dir.as_os_str()))
+            .unwrap_err();
+        assert!(e.contains("none/test.txt does not exist"), "{e}");
+        let mut plain = spec("elsewhere/test.txt");
+        plain.resolve(None).unwrap();
+        assert_eq!(plain.test, PathBuf::from("elsewhere/test.txt"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

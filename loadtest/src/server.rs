@@ -339,7 +339,8 @@ impl CpuTimes {
 }
 
 /// What the machine's CPUs did, with the time on a CPU of two parties that compete with the
-/// server for it: the load generator and the kernel's DAMON reclaim (`ARCHITECTURE.md`).
+/// server for it: the load generator and the kernel's DAMON reclaim
+/// (docs/decisions/0010-loading-under-sched-idle.md).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Machine {
     /// By CPU state, seconds.

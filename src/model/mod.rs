@@ -1,9 +1,10 @@
 //! The request path: one immutable model over one bundle, answering `predict(query, options)`.
 //!
-//! [`Model`] composes the stage views stored in a bundle: today the label trees of an ensemble
-//! (a flat one-vs-all model is a tree whose root is its only leaf). It is validated once, at open;
-//! after that a prediction only reads the memory map, and with a warm [`Scratch`] it allocates
-//! nothing.
+//! [`Model`] composes the stage views stored in a bundle: the label trees of an ensemble (a flat
+//! one-vs-all model is a tree whose root is its only leaf), each with its DEFRAG agglomeration and
+//! REFRAG prototypes when the model has them, or the BP router and its block models. It is
+//! validated once, at open; after that a prediction only reads the memory map, and with a warm
+//! [`Scratch`] it allocates nothing.
 
 pub mod evaluate;
 mod meta;

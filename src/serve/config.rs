@@ -91,8 +91,8 @@ pub struct ServeConfig {
     pub poll_interval_ms: u64,
     /// Threads of the prediction pool for batches (0: one per core).
     pub pool_threads: usize,
-    /// Where single predictions run (see ARCHITECTURE.md for the measurements behind the
-    /// default, `inline`).
+    /// Where single predictions run (docs/decisions/0011-inline-single-predictions.md gives the
+    /// measurements behind the default, `inline`).
     pub single_predict: SinglePredict,
     /// How connections are spread over threads (`shared` or `per_core`).
     pub runtime: Runtime,

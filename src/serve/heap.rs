@@ -4,7 +4,7 @@
 //! burst frees below a live allocation (connection buffers, request bodies, answers) stays
 //! resident for the life of the process: after 5 s at 24,000 req/s against the debian-deps
 //! serving model, the server kept 84–112 MB of anonymous memory it no longer used, against about
-//! 3 MB before (ARCHITECTURE.md, "The server"). `malloc_trim(0)` gives those pages back with
+//! 3 MB before (docs/decisions/0008-heap-trimmer.md). `malloc_trim(0)` gives those pages back with
 //! `madvise`, arena by arena.
 //!
 //! A thread of its own ([`spawn_trimmer`]) reads the process's anonymous resident memory once a

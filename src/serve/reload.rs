@@ -63,7 +63,7 @@ pub struct Loaded {
 /// that a model's shape sets ([`ScratchSizes`]): the dense query vector alone is `n_features`
 /// floats. Grown on the request path, those are new pages, faulted in one by one: after a swap
 /// to a model with 25 times the features, the first request on each worker took 100–155 µs of
-/// server time instead of about 20 (ARCHITECTURE.md, "The server"). So when a model needs more
+/// server time instead of about 20 (docs/decisions/0009-per-thread-scratch.md). So when a model needs more
 /// than the threads are known to have, the load thread fills (and so faults in) a spare for
 /// every thread, and a thread that finds its own too small swaps it for one.
 #[derive(Debug, Default)]

@@ -365,7 +365,7 @@ fn json_bytes(body: Vec<u8>) -> Response {
 
 /// `POST /v1/predict`. By default it runs inline on the async worker: a prediction takes tens of
 /// microseconds, and a hand-off to the pool costs more than it saves (`single_predict`; the
-/// figures are in ARCHITECTURE.md).
+/// figures are in docs/decisions/0011-inline-single-predictions.md).
 pub async fn predict(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,

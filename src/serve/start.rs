@@ -23,7 +23,7 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     // `serve`, given a bare router, rebuilt its route table (`with_state`) for every connection
     // it accepted: building it once cut the server's CPU by 10-14 µs a request on new
     // connections, and a storm of 2000 connections added 18 KB of RSS each instead of 31
-    // (ARCHITECTURE.md). `conn::serve` also closes idle connections (`idle_timeout_ms`).
+    // (docs/decisions/0015-own-accept-loop.md). `conn::serve` also closes idle connections (`idle_timeout_ms`).
     let idle = state.cfg.idle();
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -86,7 +86,7 @@ pub(super) const WARM_GATE: Duration = Duration::from_secs(1);
 /// and each thread of the prediction pool) for the model now serving, before the first request.
 /// The load's warm-up runs on a thread of its own, so without this each worker's first
 /// prediction grows its scratch space on the request path: on the 2-core VM, 0.2–0.5 ms for
-/// debian-deps instead of under 0.1 ms (ARCHITECTURE.md, "The server"). Returns how many
+/// debian-deps instead of under 0.1 ms (docs/decisions/0009-per-thread-scratch.md). Returns how many
 /// distinct async workers ran a warm-up.
 ///
 /// One task per worker is injected from outside the workers, and each waits (up to

@@ -172,8 +172,8 @@ pub(crate) async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> an
                 }
             };
             // The search overloads its server on purpose, and an overloaded server keeps the
-            // heap of its queued connections (docs/server-runs.md, "Throughput against the HTTP
-            // floor"). So, as in the hot-swap scenario, a started model gets a fresh server for
+            // heap of its queued connections (bench/results/2026-11-25-max-rate-runs.md;
+            // docs/decisions/0008-heap-trimmer.md). So, as in the hot-swap scenario, a started model gets a fresh server for
             // each search and another for the run at half the max rate.
             let mut srv = ctx.model_server(m, &format!("-{ep}")).await?;
             let target = target_of(&srv.url)?;

@@ -24,7 +24,7 @@
 //! the trainer writes this layout when asked (`weights = "bf16"`) and every output of the tree
 //! is below 2^16. A bfloat16 keeps 8 significant bits: with the solver's pruning (weights of
 //! magnitude 0.1 and up) each weight moves by at most 0.2%, and on debian-deps (T = 1, B = 8)
-//! P@1, P@5 and nDCG@5 moved by 10^-4 or less (ARCHITECTURE.md, "Packed bfloat16 entries").
+//! P@1, P@5 and nDCG@5 moved by 10^-4 or less (docs/decisions/0005-bf16-packing.md).
 //!
 //! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
 //!
@@ -44,7 +44,7 @@
 //! node costs two cache lines (its index and its row) instead of three (index, entry range,
 //! entries), which is what a search waits on. The rule counted entries at two weights each
 //! until the serving model's profile showed the entry ranges as a third of the search's
-//! misses; at four, its internal nodes moved to rows (ARCHITECTURE.md, "Weight rows"). A row
+//! misses; at four, its internal nodes moved to rows (docs/decisions/0003-weight-rows-four-weights.md). A row
 //! node's features keep their (empty) `entry_start` ranges, so positions mean the same in
 //! every node. Bundles written before rows have no `row` sections; read as empty, every node
 //! uses its entries.
@@ -54,7 +54,7 @@
 //! and `2j + 1` in the high half, so a row takes ⌈m / 2⌉ words and `row_start` counts words
 //! (an odd row's last high half is zero). The weights are the ones the `f32` rows would hold,
 //! rounded as [`pack_entry`] rounds, and score the same to the bit; the serving model's rows
-//! went from 16.6 to 8.3 MB (ARCHITECTURE.md, "Weight rows").
+//! went from 16.6 to 8.3 MB (docs/decisions/0005-bf16-packing.md).
 //!
 //! To find a query feature's position within a node, each node with features has one of two
 //! indexes, whichever is smaller (ties go to the rank index):

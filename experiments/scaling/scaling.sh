@@ -2,7 +2,7 @@
 # How xmc scales with cores, measured in one run on one data set (default debian-deps, the
 # largest here), beside omikuji where it is on PATH:
 #
-#   scripts/scaling.sh [THREADS...]   (default: 1 2 4 … up to the cores, and the cores)
+#   experiments/scaling/scaling.sh [THREADS...]   (default: 1 2 4 … up to the cores, and the cores)
 #
 # 1. Training, end to end (`xmc train`, `omikuji train`, the same uncompressed train.txt) at
 #    each thread count: wall and CPU seconds, peak RSS, speedup over the first count. xmc
@@ -23,8 +23,8 @@
 # SCALING_BENCH (prebuilt binaries: nothing is built when all three are given), OMIKUJI
 # (default: omikuji on PATH; empty: skip it). Prints Markdown tables.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=${DATA:-../shared/datasets/debian-deps}
+cd "$(dirname "$0")/../.."
+DATA=${DATA:-${XMC_DATASETS:-../shared/datasets}/debian-deps}
 OUT=${OUT:-/tmp/xmc-scaling}
 OMIKUJI=${OMIKUJI-$(command -v omikuji || true)}
 SERVE_CPUS=${SERVE_CPUS:-}
@@ -109,7 +109,7 @@ echo
 mapfile -t percore < <(lscpu -p=CPU,CORE,SOCKET | grep -v '^#' | sort -t, -k3,3n -k2,2n -u | cut -d, -f1)
 for n in $SERVE_CPUS; do
   # One sender thread per two server cores (one sender loaded about two cores' worth of
-  # predict on the device; ARCHITECTURE.md, "Scaling with cores"), unless SENDERS says.
+  # predict on the device; bench/results/2026-11-27-scaling-device.md), unless SENDERS says.
   senders=${SENDERS:-$(((n + 1) / 2))}
   if [ $((senders + n)) -gt ${#percore[@]} ]; then
     echo "server on $n CPUs: $senders senders and $n server CPUs need more than the ${#percore[@]} cores here"

@@ -4,7 +4,7 @@
 # round, at one fixed rate: the server's CPU per request and the p99 for /v1/predict and for
 # /healthz (the HTTP floor), each on a fresh server.
 #
-#   scripts/server_cost_ab.sh REV [RATE] [ROUNDS]
+#   experiments/server-cost/server_cost_ab.sh REV [RATE] [ROUNDS]
 #
 #   REV     a commit to compare against (its xmc must read BUNDLE)
 #   RATE    requests a second, Poisson arrivals, 10 s per endpoint after 1 s of warm-up
@@ -19,8 +19,8 @@
 # target/cost-ab/tree-REV, with the build outputs (kept, so a second comparison with it builds
 # nothing; `cargo clean` removes it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-REV=${1:?usage: scripts/server_cost_ab.sh REV [RATE] [ROUNDS]}
+cd "$(dirname "$0")/../.."
+REV=${1:?usage: experiments/server-cost/server_cost_ab.sh REV [RATE] [ROUNDS]}
 RATE=${2:-4000}
 ROUNDS=${3:-3}
 BUNDLE=${BUNDLE:-out/serve-debian-deps/b8.xmcb}
@@ -40,13 +40,13 @@ fi
 
 scenario() { # NAME XMC
   cat >"$OUT/$1.toml" <<EOF
-# Written by scripts/server_cost_ab.sh: one trial at a fixed rate (the max-rate search started
+# Written by experiments/server-cost/server_cost_ab.sh: one trial at a fixed rate (the max-rate search started
 # at its ceiling), for /v1/predict and for /healthz.
 kind = "max-rate"
 title = "Server cost at $RATE req/s: $1"
 
 [data]
-test = "../shared/datasets/debian-deps/test.txt.gz"
+test = "${XMC_DATASETS:-../shared/datasets}/debian-deps/test.txt.gz"
 k = 5
 
 [load]

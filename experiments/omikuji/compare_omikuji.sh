@@ -3,20 +3,20 @@
 # measured in one run: training time with 2 threads, P@1/3/5, and (T = 1 or 3) single-thread
 # per-query latency, omikuji timed by calling its predict one query at a time.
 #
-#   scripts/compare_omikuji.sh [DATASET...]      (default: every set in ../shared/datasets)
+#   experiments/omikuji/compare_omikuji.sh [DATASET...]      (default: every set in $XMC_DATASETS, else ../shared/datasets)
 #
 # Needs `omikuji` on PATH (`cargo install omikuji --features cli`). Work files go to $OUT
 # (default /tmp/xmc-compare). Prints a Markdown table.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-DATA=${DATA:-../shared/datasets}
+cd "$(dirname "$0")/../.."
+DATA=${DATA:-${XMC_DATASETS:-../shared/datasets}}
 OUT=${OUT:-/tmp/xmc-compare}
 TREES=${TREES:-3}
 mkdir -p "$OUT"
 cargo build --release --quiet --bin xmc
-cargo build --release --quiet --manifest-path scripts/omikuji-latency/Cargo.toml
+cargo build --release --quiet --manifest-path experiments/omikuji/omikuji-latency/Cargo.toml
 XMC=target/release/xmc
-LAT=scripts/omikuji-latency/target/release/omikuji-latency
+LAT=experiments/omikuji/omikuji-latency/target/release/omikuji-latency
 sets=("$@")
 [ ${#sets[@]} -gt 0 ] || sets=(Bibtex Corel5k Delicious debian-tags debian-deps)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Flat one-vs-rest P@1 of liblinear and napkinxc, for comparison with `xmc train --set model=flat`.
 
-Usage: scripts/compare_ovr.py DATASET_DIR [DATASET_DIR...]   (each holding train.txt.gz, test.txt.gz)
+Usage: experiments/ovr/compare_ovr.py DATASET_DIR [DATASET_DIR...]   (each holding train.txt.gz, test.txt.gz)
 Needs: pip install liblinear-official napkinxc numpy scipy
 
 Both use the loss and C of xmc's default (squared hinge, C = 1) on L2-normalized rows, with a

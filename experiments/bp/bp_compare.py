@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """BP against the same model without BP, on one data set, in one run (the paper's Table 2).
 
-    scripts/bp_compare.py DATASET_DIR BLOCK_MODEL [--lambdas 0.03,0.1,...] [--rounds 5]
+    experiments/bp/bp_compare.py DATASET_DIR BLOCK_MODEL [--lambdas 0.03,0.1,...] [--rounds 5]
                           [--q 0] [--set key=value ...] [--out DIR]
 
 Trains the model without BP (`model=BLOCK_MODEL`) and one BP model per λ_bp (`bp=on`,

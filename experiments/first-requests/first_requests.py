@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The server's own time for the first requests after a swap to a larger model.
 
-    scripts/first_requests.py [--rounds N] [--port P] XMC [XMC...]
+    experiments/first-requests/first_requests.py [--rounds N] [--port P] XMC [XMC...]
 
 For each round and each `xmc` binary given (interleaved, so that the machine's drift falls on
 all of them alike), it starts `XMC serve` on FROM (default: the shipped Bibtex model, 1836
@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def points(path, n):
@@ -129,7 +129,7 @@ def main():
     ap.add_argument("--from", dest="small", default=os.path.join(ROOT, "models/default.xmcb"))
     ap.add_argument("--to", dest="large",
                     default=os.path.join(ROOT, "out/serve-debian-deps/b8.xmcb"))
-    ap.add_argument("--data", default=os.path.join(ROOT, "../shared/datasets/debian-deps/test.txt.gz"))
+    ap.add_argument("--data", default=os.path.join(os.environ.get("XMC_DATASETS", os.path.join(ROOT, "../shared/datasets")), "debian-deps/test.txt.gz"))
     args = ap.parse_args()
     XMC = [os.path.abspath(x) for x in args.xmc]
     rows = points(args.data, 500)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """DEFRAG, REFRAG and FIAT against the same model without them, one run per data set (T = 1).
 
-Usage: scripts/defrag_tables.py OUT_DIR DATASET_DIR [DATASET_DIR...]
+Usage: experiments/defrag/defrag_tables.py OUT_DIR DATASET_DIR [DATASET_DIR...]
        (each DATASET_DIR holds train.txt.gz and test.txt.gz; XMC defaults to target/release/xmc)
 
 Per data set it trains, back to back and with the same seed: the plain model, DEFRAG-XY with
