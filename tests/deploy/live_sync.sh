@@ -20,6 +20,12 @@ XMC=${XMC:-target/debug/xmc}
 POLL_MS=${POLL_MS:-1000}         # the servers' poll_interval_ms (config/server.toml's)
 SYNC_S=${SYNC_S:-0.5}            # the sync loops' interval
 REPLICAS=3
+# The sidecar's tool, from Debian's packages (the CI machine starts without it).
+if ! command -v rclone >/dev/null; then
+  echo "== installing rclone (Debian's package)"
+  apt-get install -y -qq rclone >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq rclone >/dev/null; }
+fi
 if [ ! -x "$XMC" ] || [ -n "${XMC_BUILD:-}" ]; then
   cargo build --locked --quiet --bin xmc
 fi
