@@ -193,7 +193,9 @@ pub fn train(
             cfg,
             progress,
             &mut seconds,
-            (&mut trees, &mut tree_stats, &mut defrag),
+            &mut trees,
+            &mut tree_stats,
+            &mut defrag,
         )?;
     }
     let label_counts = label_counts(ds);
@@ -258,11 +260,9 @@ fn train_trees(
     cfg: &TrainConfig,
     progress: &dyn Progress,
     seconds: &mut serde_json::Map<String, serde_json::Value>,
-    (trees, tree_stats, defrag): (
-        &mut Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
-        &mut Vec<serde_json::Value>,
-        &mut Vec<DefragArrays>,
-    ),
+    trees: &mut Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+    tree_stats: &mut Vec<serde_json::Value>,
+    defrag: &mut Vec<DefragArrays>,
 ) -> Result<(), TrainError> {
     // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
     // exactly what they were before the λ split existed.
