@@ -286,9 +286,7 @@ pub fn train(
         bp_arrays,
         &defrag,
         &label_counts,
-        inputs.label_names.as_deref(),
-        inputs.feature_names.as_deref(),
-        inputs.text.as_ref(),
+        &inputs,
         cfg.weights,
     )?;
     let meta = ModelMeta {
@@ -674,16 +672,18 @@ fn content_hash(
     bp: Option<&BpArrays<Vec<u32>, Vec<f32>>>,
     defrag: &[DefragArrays],
     label_counts: &[u32],
-    label_names: Option<&[String]>,
-    feature_names: Option<&[String]>,
-    text: Option<&Fitted>,
+    inputs: &TrainInputs,
     weights: WeightFormat,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
     add_arrays(&mut w, trees, bp, label_counts, weights)?;
     add_defrag(&mut w, defrag)?;
-    add_names(&mut w, label_names, feature_names)?;
-    add_text(&mut w, text)?;
+    add_names(
+        &mut w,
+        inputs.label_names.as_deref(),
+        inputs.feature_names.as_deref(),
+    )?;
+    add_text(&mut w, inputs.text.as_ref())?;
     let mut hasher = HashWriter(Sha256::new());
     w.write_to(&mut hasher)?;
     let digest = hasher.0.finalize();
