@@ -1,14 +1,12 @@
 //! xmc: extreme multi-label classification, from training to a sub-millisecond request path.
 //!
-//! Given one sparse feature vector, xmc picks the few right labels out of a universe of up to
+//! Given one sparse feature vector (or a text, through the model's own vectorizer), xmc picks the few right labels out of a universe of up to
 //! millions. The crate is organised by stage, and each stage owns both how it trains and how it
 //! applies at query time:
 //!
 //! - [`data`]: the Extreme Classification Repository text format, sparse matrices, the
 //!   [`data::FeatureId`] and [`data::LabelId`] newtypes, name files, and a seeded synthetic
 //!   generator.
-//! - `text`: vectorizes raw text into feature vectors (tf-idf over an fst vocabulary stored in
-//!   the bundle).
 //! - [`eval`]: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, coverage@k and expected depth@k, one
 //!   implementation for every caller.
 //! - [`linear`]: the PPDSparse one-vs-all solver and its liblinear-style reference.
@@ -27,6 +25,8 @@
 //! - [`train`]: the trainer, composing the stage trainers into one bundle.
 //! - [`config`]: the training configuration: defaults, a TOML file's `[train]` table, `--set`.
 //! - [`serve`]: the HTTP server: routes, errors, the swappable model, loading, metrics.
+//! - [`text`]: the tf-idf vectorizer, fitted by the trainer, stored in the bundle and applied to
+//!   every text query, and JSON Lines text data.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //! - [`cli`]: the `xmc` subcommands' arguments and what each runs.
@@ -45,5 +45,6 @@ pub mod model;
 pub mod router;
 pub mod serve;
 pub mod sweep;
+pub mod text;
 pub mod train;
 pub mod tree;

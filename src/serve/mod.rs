@@ -223,7 +223,7 @@ mod tests {
         std::fs::rename(&tmp, &path).unwrap();
         reload_now(&state).await.unwrap();
         let large = current();
-        assert_eq!(large.scratch.sizes.dense, 1836);
+        assert_eq!(large.scratch.sizes.dense, 25817);
         assert!(!small.scratch.sizes.covers(&large.scratch.sizes));
         assert_eq!(large.scratch.spares(), n);
         // This test's own thread serves the requests below (`oneshot` runs the handler here).
