@@ -7,6 +7,7 @@
 
 use crate::defrag::{DefragKind, DefragParams};
 use crate::linear::{Loss, Method, SolverParams};
+use crate::text::TextConfig;
 use crate::tree::FreqKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -144,6 +145,10 @@ pub struct TrainConfig {
     /// bundles that do not use it are unchanged.
     #[serde(default, skip_serializing_if = "WeightFormat::is_f32")]
     pub weights: WeightFormat,
+    /// The text vectorizer's settings (`[train.text]`, `text.*` keys), used when training from
+    /// JSON Lines. Left out of the metadata when default, so other bundles are unchanged.
+    #[serde(default, skip_serializing_if = "TextConfig::is_default")]
+    pub text: TextConfig,
 }
 
 impl TrainConfig {
@@ -171,6 +176,7 @@ impl TrainConfig {
         threads: 0,
         defrag: DefragParams::DEFAULT,
         weights: WeightFormat::F32,
+        text: TextConfig::DEFAULT,
     };
 
     /// The keys `set` accepts, for error messages and docs.
@@ -215,6 +221,7 @@ impl TrainConfig {
         "refrag_gamma",
         "refrag_candidates",
         "weights",
+        "text.*",
     ];
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
@@ -321,6 +328,7 @@ impl TrainConfig {
                     other => return Err(bad(key, format!("`{other}` is not `f32` or `bf16`"))),
                 }
             }
+            k if k.starts_with("text.") => self.text.set(&k["text.".len()..], value)?,
             "solver.l1" => s.l1 = as_f32(key, value)?,
             "solver.c" => s.c = as_f32(key, value)?,
             "solver.prune" => s.prune = as_f32(key, value)?,
@@ -421,6 +429,7 @@ impl TrainConfig {
                 format!("must be in [0, 2], got {}", self.lambda),
             ));
         }
+        self.text.validate()?;
         self.defrag
             .validate()
             .map_err(|(key, message)| bad(key, message))

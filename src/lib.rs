@@ -15,6 +15,8 @@
 //!   linear router over the blocks, and one model per block.
 //! - [`defrag`]: DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking: the
 //!   feature clustering at training time and the validated view the request path applies.
+//! - [`text`]: the tf-idf vectorizer, fitted by the trainer, stored in the bundle and applied to
+//!   every text query, and JSON Lines text data.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //!
@@ -32,5 +34,6 @@ pub mod model;
 pub mod router;
 pub mod serve;
 pub mod sweep;
+pub mod text;
 pub mod train;
 pub mod tree;

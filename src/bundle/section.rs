@@ -86,6 +86,13 @@ impl<T: bytemuck::Pod> Section<T> {
         bytemuck::try_cast_slice(bytes).unwrap_or(&[])
     }
 
+    /// A section over a copy of `data` in a fresh aligned buffer, e.g. to use arrays that are
+    /// about to be written as a bundle before they are.
+    pub(crate) fn copy_of(data: &[T]) -> Section<T> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        Section::new(Arc::new(Backing::copy_aligned(bytes)), 0..bytes.len())
+    }
+
     /// The length of the section in bytes.
     pub fn byte_len(&self) -> usize {
         self.range.len()

@@ -1,4 +1,4 @@
-//! `xmc data ...`: data set statistics and the synthetic generator.
+//! `xmc data ...`: data set statistics, the synthetic generator and the text vectorizer.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -15,6 +15,39 @@ pub enum DataCommand {
     Stats(StatsArgs),
     /// Generates a synthetic XC data set (and optionally a test split from the same model).
     Synth(SynthArgs),
+    /// Writes the XC form of a JSON Lines file: xmc's own tf-idf features and label ids, from a
+    /// model's vectorizer or from one fitted with a config, so other systems can be trained on
+    /// exactly xmc's features.
+    Vectorize(VectorizeArgs),
+}
+
+/// Arguments of `xmc data vectorize`. Give `--model`, or `--config` and/or `--set text.KEY=V`.
+#[derive(Debug, Args)]
+pub struct VectorizeArgs {
+    /// A model trained from text: its vectorizer and label ids are used.
+    #[arg(long, conflicts_with_all = ["config", "set", "fit"])]
+    pub model: Option<PathBuf>,
+    /// A config file whose `[train.text]` table sets the vectorizer fitted here (default: the
+    /// defaults).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Overrides a config key, e.g. `--set text.min_df=1`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Fit the vectorizer and label ids on this JSONL file instead of on the input (e.g. the
+    /// training file, to vectorize its test file).
+    #[arg(long)]
+    pub fit: Option<PathBuf>,
+    /// Write the label names, one per line, line i naming label i.
+    #[arg(long)]
+    pub label_names: Option<PathBuf>,
+    /// Write the feature names (the terms), one per line, line i naming feature i.
+    #[arg(long)]
+    pub feature_names: Option<PathBuf>,
+    /// The JSON Lines file (plain or gzip).
+    pub input: PathBuf,
+    /// The XC file to write (gzip when it ends in `.gz`).
+    pub output: PathBuf,
 }
 
 /// Arguments of `xmc data stats`.
@@ -73,7 +106,77 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<()> {
     match cmd {
         DataCommand::Stats(args) => stats(args),
         DataCommand::Synth(args) => synth(args),
+        DataCommand::Vectorize(args) => vectorize(args),
     }
+}
+
+fn write_lines<'a>(
+    path: &std::path::Path,
+    lines: impl Iterator<Item = &'a str>,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for line in lines {
+        writeln!(w, "{line}")?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn vectorize(args: VectorizeArgs) -> anyhow::Result<()> {
+    use crate::text::corpus::{fit_file, vectorize_file};
+    use crate::text::{LabelMap, TextView};
+    let start = std::time::Instant::now();
+    let model;
+    let fitted;
+    let (view, labels): (&TextView, LabelMap) = match &args.model {
+        Some(path) => {
+            model = crate::model::Model::open(path, &super::VERIFY)
+                .with_context(|| format!("opening model {}", path.display()))?;
+            let view = model
+                .text()
+                .with_context(|| format!("{} was not trained from text", path.display()))?;
+            let labels =
+                LabelMap::from_names(model.label_names().into_iter().flat_map(|n| n.iter()));
+            (view, labels)
+        }
+        None => {
+            let cfg = crate::config::TrainConfig::load(args.config.as_deref(), &args.set)?;
+            super::train::init_threads(&cfg);
+            let source = args.fit.as_deref().unwrap_or(&args.input);
+            let (f, labels) = fit_file(source, &cfg.text)
+                .with_context(|| format!("reading {}", source.display()))?;
+            fitted = f.view()?;
+            (&fitted, labels)
+        }
+    };
+    let fit_s = start.elapsed().as_secs_f64();
+    let corpus = vectorize_file(&args.input, view, &labels, false)
+        .with_context(|| format!("reading {}", args.input.display()))?;
+    let total_s = start.elapsed().as_secs_f64();
+    data::write_xc_file(&corpus.dataset, &args.output)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if let Some(path) = &args.label_names {
+        write_lines(path, labels.names().iter().map(String::as_str))?;
+    }
+    if let Some(path) = &args.feature_names {
+        let terms = view.terms();
+        write_lines(path, terms.iter().map(String::as_str))?;
+    }
+    eprintln!(
+        "{}: {} documents, {} features, {} labels ({} label occurrences unknown); \
+         fit {:.3} s, vectorize {:.3} s, fit + vectorize {:.3} s",
+        args.input.display(),
+        corpus.dataset.n_points(),
+        corpus.dataset.n_features(),
+        corpus.dataset.n_labels(),
+        corpus.unknown_labels,
+        fit_s,
+        corpus.seconds,
+        total_s
+    );
+    Ok(())
 }
 
 fn stats(args: StatsArgs) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! `xmc eval`: scores a model on labelled data, or a prediction file against the truth.
 
 use super::VERIFY;
-use super::train::load_data;
+use super::train::load_for_model;
 use crate::data;
 use crate::eval::{self, EvalReport, Evaluator, PropensityParams, predfile};
 use crate::model::evaluate::evaluate_model;
@@ -17,9 +17,13 @@ pub struct EvalArgs {
     /// The model bundle to evaluate (with `--data`).
     #[arg(long, requires = "data", conflicts_with_all = ["truth", "pred"])]
     pub model: Option<PathBuf>,
-    /// Labelled data to predict (XC format), with `--model`.
+    /// Labelled data to predict (XC format, or JSON Lines for a model trained from text), with
+    /// `--model`.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// The format of `--data` (default: detected from its content).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::text::jsonl::DataFormat>,
     /// The true labels (XC format), with `--pred`.
     #[arg(long, requires = "pred")]
     pub truth: Option<PathBuf>,
@@ -193,7 +197,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             if !(0.0..=1.0).contains(&args.erase) {
                 bail!("--erase must be in [0, 1], got {}", args.erase);
             }
-            let mut ds = load_data(data, false)?;
+            let mut ds = load_for_model(data, args.format, &model, true)?;
             if args.erase > 0.0 {
                 ds = crate::defrag::erase_features(&ds, args.erase, args.erase_seed);
             }

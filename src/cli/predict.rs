@@ -1,7 +1,7 @@
 //! `xmc predict`: writes the top-k labels of every point of a data file.
 
 use super::VERIFY;
-use super::train::load_data;
+use super::train::load_for_model;
 use crate::model::evaluate::predict_all;
 use crate::model::{Model, PredictOptions};
 use anyhow::Context;
@@ -15,9 +15,13 @@ pub struct PredictArgs {
     /// The model bundle.
     #[arg(long)]
     pub model: PathBuf,
-    /// The data to predict (XC format; labels, if any, are ignored).
+    /// The data to predict (XC format, or JSON Lines with `text` for a model trained from text;
+    /// labels, if any, are ignored).
     #[arg(long)]
     pub data: PathBuf,
+    /// The format of `--data` (default: detected from its content).
+    #[arg(long, value_enum)]
+    pub format: Option<crate::text::jsonl::DataFormat>,
     /// Labels per point.
     #[arg(long, default_value_t = 5)]
     pub k: usize,
@@ -36,7 +40,7 @@ pub struct PredictArgs {
 pub fn run(args: PredictArgs) -> anyhow::Result<()> {
     let model = Model::open(&args.model, &VERIFY)
         .with_context(|| format!("opening model {}", args.model.display()))?;
-    let ds = load_data(&args.data, false)?;
+    let ds = load_for_model(&args.data, args.format, &model, false)?;
     let options = PredictOptions {
         k: args.k,
         beam: args.beam,

@@ -7,6 +7,9 @@ use crate::data::{self, Dataset};
 use crate::model::evaluate::evaluate_model;
 use crate::model::{Model, PredictOptions};
 use crate::router::CvPoint;
+use crate::text::corpus::{fit_and_vectorize, vectorize_file};
+use crate::text::jsonl::{DataFormat, detect_format};
+use crate::text::{LabelMap, TextView};
 use crate::train::{self, Progress, Quiet, TrainInputs};
 use anyhow::Context;
 use clap::Args;
@@ -19,9 +22,14 @@ pub struct TrainArgs {
     /// The TOML config file (its `[train]` table).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// The training data (XC format, plain or gzip, header optional).
+    /// The training data, plain or gzip: XC format (header optional), or JSON Lines with `text`
+    /// and `labels` (label names), which trains the model's own text vectorizer.
     #[arg(long)]
     pub train: PathBuf,
+    /// The format of `--train` and `--test` (default: JSON Lines when a file's first non-blank
+    /// byte is `{`, else XC).
+    #[arg(long, value_enum)]
+    pub format: Option<DataFormat>,
     /// Held-out data: its metrics are recorded in the bundle's metadata.
     #[arg(long)]
     pub test: Option<PathBuf>,
@@ -87,18 +95,112 @@ pub fn load_data(path: &Path, normalize: bool) -> anyhow::Result<Dataset> {
     Ok(ds)
 }
 
+/// The format of `path`: `given`, or else detected from its content.
+pub fn data_format(path: &Path, given: Option<DataFormat>) -> anyhow::Result<DataFormat> {
+    match given {
+        Some(f) => Ok(f),
+        None => detect_format(path).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Reads a JSONL file as `model`'s rows: vectorized by the model's own text vectorizer, label
+/// names mapped to the model's ids. Names the model does not know are dropped (they can never be
+/// predicted, so they count as misses in P@k), and said on stderr.
+pub fn load_jsonl_for(
+    path: &Path,
+    view: &TextView,
+    labels: &LabelMap,
+    need_labels: bool,
+) -> anyhow::Result<Dataset> {
+    let corpus = vectorize_file(path, view, labels, need_labels)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if corpus.unknown_labels > 0 {
+        eprintln!(
+            "{}: {} label occurrences name labels the model does not know; they count as misses",
+            path.display(),
+            corpus.unknown_labels
+        );
+    }
+    Ok(corpus.dataset)
+}
+
+/// Reads a data file to run `model` on: XC as it is, JSON Lines through the model's text
+/// vectorizer and label names.
+pub fn load_for_model(
+    path: &Path,
+    format: Option<DataFormat>,
+    model: &Model,
+    need_labels: bool,
+) -> anyhow::Result<Dataset> {
+    match data_format(path, format)? {
+        DataFormat::Xc => load_data(path, false),
+        DataFormat::Jsonl => {
+            let view = model.text().with_context(|| {
+                format!(
+                    "{} is JSON Lines, but the model was not trained from text",
+                    path.display()
+                )
+            })?;
+            let labels =
+                LabelMap::from_names(model.label_names().into_iter().flat_map(|n| n.iter()));
+            load_jsonl_for(path, view, &labels, need_labels)
+        }
+    }
+}
+
 /// Runs `xmc train`.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(args.config.as_deref(), &args.set)?;
     init_threads(&cfg);
     let start = Instant::now();
-    let ds = load_data(&args.train, cfg.normalize)?;
-    let read_s = start.elapsed().as_secs_f64();
-    let inputs = TrainInputs {
-        label_names: load_names(args.label_names.as_deref(), &args.train, "labels")?,
-        feature_names: load_names(args.feature_names.as_deref(), &args.train, "features")?,
-        train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
+    let format = data_format(&args.train, args.format)?;
+    let (ds, inputs) = match format {
+        DataFormat::Xc => {
+            let ds = load_data(&args.train, cfg.normalize)?;
+            let inputs = TrainInputs {
+                label_names: load_names(args.label_names.as_deref(), &args.train, "labels")?,
+                feature_names: load_names(args.feature_names.as_deref(), &args.train, "features")?,
+                train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
+                text: None,
+            };
+            (ds, inputs)
+        }
+        DataFormat::Jsonl => {
+            if args.label_names.is_some() || args.feature_names.is_some() {
+                anyhow::bail!(
+                    "--label-names and --feature-names are for XC data: JSON Lines names its \
+                     labels, and the vocabulary names the features"
+                );
+            }
+            let t = fit_and_vectorize(&args.train, &cfg.text)
+                .with_context(|| format!("reading {}", args.train.display()))?;
+            let mut ds = t.corpus.dataset;
+            // As for XC data: the rows go through the normalization every query goes through.
+            if cfg.normalize {
+                data::l2_normalize_rows(&mut ds.features);
+            }
+            let vectorize_s = t.corpus.seconds;
+            eprintln!(
+                "text: {} documents, {} terms kept of {} seen, {} labels; fit {:.2} s, \
+                 vectorize {:.2} s (fit + vectorize {:.2} s)",
+                ds.n_points(),
+                t.fitted.meta.terms,
+                t.fitted.meta.terms_seen,
+                t.labels.len(),
+                t.fit_seconds,
+                vectorize_s,
+                t.fit_seconds + vectorize_s
+            );
+            let inputs = TrainInputs {
+                label_names: Some(t.labels.names().to_vec()),
+                feature_names: None,
+                train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
+                text: Some(t.fitted),
+            };
+            (ds, inputs)
+        }
     };
+    let read_s = start.elapsed().as_secs_f64();
     let bars = Bars::new();
     let progress: &dyn Progress = if args.quiet { &Quiet } else { &bars };
     let start = Instant::now();
@@ -125,8 +227,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         .seconds
         .insert("read".into(), read_s.into());
     if let Some(test) = &args.test {
-        let test_ds = load_data(test, false)?;
         let model = Model::from_bundle(Bundle::from_bytes(&trained.to_bytes()?)?)?;
+        let test_ds = load_for_model(test, args.format, &model, true)?;
         let report = evaluate_model(&model, &test_ds, &PredictOptions::default(), &[1, 3, 5])
             .map_err(|(i, e)| anyhow::anyhow!("{} point {}: {e}", test.display(), i + 1))?;
         // Latency is a property of this machine and run, not of the model: it goes with the

@@ -72,6 +72,20 @@ pub enum LineProblem {
     DuplicateSumOverflow(u32),
     /// The header has three integers but one does not fit.
     BadHeader(String),
+    /// A JSON Lines line is not valid UTF-8 from this byte of the line on.
+    InvalidUtf8 {
+        /// The 0-based offset of the first bad byte in the line.
+        byte: usize,
+    },
+    /// A JSON Lines line is not valid JSON, or not an object.
+    InvalidJson(String),
+    /// A field of a JSON Lines record is missing or of the wrong type.
+    Field {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl fmt::Display for LineProblem {
@@ -93,6 +107,9 @@ impl fmt::Display for LineProblem {
                 write!(f, "summing the duplicates of feature {id} overflows")
             }
             Self::BadHeader(t) => write!(f, "bad header {t:?}"),
+            Self::InvalidUtf8 { byte } => write!(f, "invalid UTF-8 at byte {byte} of the line"),
+            Self::InvalidJson(m) => write!(f, "invalid JSON: {m}"),
+            Self::Field { field, problem } => write!(f, "field `{field}` {problem}"),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod xc;
 
 pub use error::{DataError, LineProblem};
 pub use ids::{FeatureId, LabelId};
+pub(crate) use input::open as open_input;
 pub use names::read_names;
 pub use stats::DataStats;
 pub use synth::{SynthParams, generate, generate_split};

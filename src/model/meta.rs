@@ -50,6 +50,10 @@ pub struct ModelMeta {
     /// Absent when BP is off (and in bundles made before BP existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bp: Option<crate::router::BpMeta>,
+    /// The text vectorizer (its sections are `text.vocab` and `text.idf`). Absent in models
+    /// trained on feature vectors (and in bundles made before text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<crate::text::TextMeta>,
     /// When and how fast the model was made; the only field that differs between reproducible runs.
     pub created: Created,
 }

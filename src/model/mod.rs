@@ -22,6 +22,7 @@ use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
     block_labels_section, block_tree_prefix,
 };
+use crate::text::TextView;
 use crate::tree::chunk::{Chunks, Widths};
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
@@ -55,6 +56,9 @@ pub enum ModelError {
         /// What is wrong.
         source: DefragViewError,
     },
+    /// The text vectorizer's sections are inconsistent.
+    #[error("text vectorizer: {0}")]
+    Text(#[from] crate::text::TextViewError),
     /// A tree's arrays are inconsistent.
     #[error("tree {tree}: {source}")]
     Tree {
@@ -243,6 +247,7 @@ pub struct Model {
     feature_names: LazyNames,
     train_counts: Section<u32>,
     train_points: usize,
+    text: Option<TextView>,
 }
 
 impl std::fmt::Debug for Model {
@@ -413,6 +418,9 @@ impl Model {
         }
         self.label_names.read(&self.bundle)?;
         self.feature_names.read(&self.bundle)?;
+        if let Some(text) = &self.text {
+            text.verify()?;
+        }
         Ok(())
     }
 
@@ -482,6 +490,17 @@ impl Model {
                 meta.n_labels
             )));
         }
+        // The vocabulary is read in place: opening it reads its header, whatever its size.
+        let text = match &meta.text {
+            Some(tm) => {
+                let view = TextView::open(&bundle, tm, meta.n_features)?;
+                if deep {
+                    view.verify()?;
+                }
+                Some(view)
+            }
+            None => None,
+        };
         let train_points = meta
             .train_data
             .get("n")
@@ -497,6 +516,7 @@ impl Model {
             feature_names,
             train_counts,
             train_points,
+            text,
         })
     }
 
@@ -533,6 +553,11 @@ impl Model {
     /// Per tree, its DEFRAG view (empty when the model has no feature clusters).
     pub fn defrag(&self) -> &[MappedDefrag] {
         &self.defrag
+    }
+
+    /// The text vectorizer, when the model was trained from text.
+    pub fn text(&self) -> Option<&TextView> {
+        self.text.as_ref()
     }
 
     /// The label names, when the model has them.

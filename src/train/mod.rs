@@ -11,6 +11,7 @@ use crate::data::{Dataset, LabelId, SparseMatrix};
 use crate::defrag::train::DefragArrays;
 use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section};
 use crate::router::BpArrays;
+use crate::text::Fitted;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
 use crate::tree::chunk::{Widths, narrowest, pack_entries};
@@ -89,6 +90,8 @@ pub struct Trained {
     pub label_names: Option<Vec<String>>,
     /// Feature names, when known.
     pub feature_names: Option<Vec<String>>,
+    /// The text vectorizer, when the model is trained from text.
+    pub text: Option<Fitted>,
     /// The metadata; the caller may add held-out metrics and timings before writing.
     pub meta: ModelMeta,
 }
@@ -110,6 +113,7 @@ impl Trained {
             self.label_names.as_deref(),
             self.feature_names.as_deref(),
         )?;
+        add_text(&mut w, self.text.as_ref())?;
         w.add_json("meta", &self.meta)?;
         Ok(w)
     }
@@ -134,6 +138,8 @@ pub struct TrainInputs {
     pub feature_names: Option<Vec<String>>,
     /// Statistics of the training file, recorded in the metadata.
     pub train_stats: serde_json::Value,
+    /// The text vectorizer the rows were made with, stored in the bundle.
+    pub text: Option<Fitted>,
 }
 
 /// The training-set count of every label.
@@ -169,6 +175,17 @@ pub fn train(
                 names.len()
             )));
         }
+    }
+    if let Some(text) = inputs
+        .text
+        .as_ref()
+        .filter(|t| t.idf.len() != ds.n_features())
+    {
+        return Err(TrainError::Data(format!(
+            "the text vectorizer has {} terms for {} features",
+            text.idf.len(),
+            ds.n_features()
+        )));
     }
     let mut seconds = serde_json::Map::new();
     let mut trees = Vec::with_capacity(cfg.trees);
@@ -271,6 +288,7 @@ pub fn train(
         &label_counts,
         inputs.label_names.as_deref(),
         inputs.feature_names.as_deref(),
+        inputs.text.as_ref(),
         cfg.weights,
     )?;
     let meta = ModelMeta {
@@ -298,6 +316,7 @@ pub fn train(
         heldout: None,
         tree_stats,
         bp: bp.as_ref().map(|b| b.meta.clone()),
+        text: inputs.text.as_ref().map(|t| t.meta.clone()),
         created: Created {
             unix_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -313,6 +332,7 @@ pub fn train(
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
+        text: inputs.text,
         meta,
     })
 }
@@ -525,6 +545,15 @@ fn add_names<'a>(
     Ok(())
 }
 
+/// Adds the text vectorizer's sections to `w` (none for a model of feature vectors).
+fn add_text<'a>(w: &mut BundleWriter<'a>, text: Option<&'a Fitted>) -> Result<(), FormatError> {
+    if let Some(t) = text {
+        w.add_bytes(crate::text::VOCAB_SECTION, &t.vocab)?;
+        w.add_f32(crate::text::IDF_SECTION, &t.idf)?;
+    }
+    Ok(())
+}
+
 /// Adds every model array (all but `meta` and the name sections) to `w`.
 fn add_arrays<'a>(
     w: &mut BundleWriter<'a>,
@@ -647,12 +676,14 @@ fn content_hash(
     label_counts: &[u32],
     label_names: Option<&[String]>,
     feature_names: Option<&[String]>,
+    text: Option<&Fitted>,
     weights: WeightFormat,
 ) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
     add_arrays(&mut w, trees, bp, label_counts, weights)?;
     add_defrag(&mut w, defrag)?;
     add_names(&mut w, label_names, feature_names)?;
+    add_text(&mut w, text)?;
     let mut hasher = HashWriter(Sha256::new());
     w.write_to(&mut hasher)?;
     let digest = hasher.0.finalize();

@@ -1,0 +1,385 @@
+//! Text in: the tf-idf vectorizer that is fitted by the trainer, stored in the bundle and applied
+//! to every text query.
+//!
+//! One function turns text into a feature vector, [`TextView::vectorize`]. The trainer fits a
+//! vocabulary ([`fit`]), stores it, and then vectorizes every training document through a
+//! [`TextView`] over the very bytes it stores, so a document sent as a query gets exactly the row
+//! the model learned from: there is no second implementation that could drift (no training/serving
+//! skew).
+//!
+//! # Tokens and terms
+//!
+//! 1. The text is normalized to Unicode NFKC (`unicode-normalization`); ASCII text, which NFKC
+//!    leaves unchanged, skips that step.
+//! 2. With `lowercase` (the default), every character is lower-cased after NFKC (Rust's
+//!    `char::to_lowercase`, the full Unicode mapping, not locale-aware). This is case folding by
+//!    lower-casing: it does not fold `ß` to `ss`, and the result is not re-normalized.
+//! 3. Words are the UAX #29 word segments that hold a letter or a digit
+//!    (`unicode-segmentation`'s `unicode_word_indices`); words shorter than `min_chars`
+//!    characters are dropped.
+//! 4. The terms are the word n-grams for n in `ngram_min..=ngram_max`, the words of an n-gram
+//!    joined by one space.
+//!
+//! # Weights
+//!
+//! A term's value is `tf × idf`: `tf` is its count in the text, or `1 + ln(count)` with
+//! `sublinear_tf`; `idf = ln((1 + n) / (1 + df)) + 1` with `smooth_idf`, else `ln(n / df) + 1`,
+//! for `n` training documents of which `df` hold the term. With `l2` the vector is then scaled to
+//! unit length. These are scikit-learn's `TfidfVectorizer` formulas.
+//!
+//! # In the bundle
+//!
+//! - `text.vocab` (bytes): an [`fst::Map`] from term bytes to feature id, read in place from the
+//!   memory map; opening it reads its header only.
+//! - `text.idf` (f32): one idf weight per feature id.
+//! - the metadata's `text` object ([`TextMeta`]): the settings and the fit's counts.
+
+pub mod config;
+pub mod corpus;
+pub mod fit;
+pub mod jsonl;
+
+pub use config::TextConfig;
+pub use corpus::{LabelMap, TextCorpus};
+pub use fit::{FitError, Fitted};
+
+use crate::bundle::{Bundle, Section};
+use serde::{Deserialize, Serialize};
+use unicode_normalization::UnicodeNormalization;
+use unicode_segmentation::UnicodeSegmentation;
+
+/// The section that holds the vocabulary, an `fst::Map` from term to feature id.
+pub const VOCAB_SECTION: &str = "text.vocab";
+
+/// The section that holds the idf weight of every feature id.
+pub const IDF_SECTION: &str = "text.idf";
+
+/// What a text model's metadata says about its vectorizer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextMeta {
+    /// The settings the vocabulary was fitted and is applied with.
+    pub settings: TextConfig,
+    /// The number of training documents the idf weights count.
+    pub documents: usize,
+    /// The number of distinct terms seen in training, before `min_df`, `max_df` and
+    /// `max_features` cut them.
+    pub terms_seen: usize,
+    /// The number of terms kept: the feature count.
+    pub terms: usize,
+}
+
+/// Counts of one vectorized text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextStats {
+    /// The terms (word n-grams) of the text, with repetitions.
+    pub terms: usize,
+    /// Those found in the vocabulary.
+    pub known_terms: usize,
+}
+
+/// Reusable buffers of the tokenizer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TokenScratch {
+    /// The normalized text.
+    norm: String,
+    /// Byte ranges of the kept words in `norm`.
+    words: Vec<(usize, usize)>,
+    /// The n-gram being assembled.
+    key: Vec<u8>,
+}
+
+/// Reusable buffers of [`TextView::vectorize`]; once they have grown to a query's size, a
+/// query of that size allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct TextScratch {
+    tokens: TokenScratch,
+    ids: Vec<u32>,
+}
+
+/// Calls `f` with every term of `text`, in text order: the one tokenizer of fitting and
+/// vectorizing.
+pub(crate) fn for_each_term(
+    cfg: &TextConfig,
+    text: &str,
+    scratch: &mut TokenScratch,
+    mut f: impl FnMut(&[u8]),
+) {
+    let TokenScratch { norm, words, key } = scratch;
+    norm.clear();
+    if text.is_ascii() {
+        // NFKC leaves ASCII unchanged, and ASCII lower-casing is the Unicode mapping there.
+        if cfg.lowercase {
+            norm.extend(text.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+        } else {
+            norm.push_str(text);
+        }
+    } else if cfg.lowercase {
+        for c in text.nfkc() {
+            norm.extend(c.to_lowercase());
+        }
+    } else {
+        norm.extend(text.nfkc());
+    }
+    words.clear();
+    for (start, w) in norm.unicode_word_indices() {
+        if cfg.min_chars <= 1 || w.chars().count() >= cfg.min_chars {
+            words.push((start, start + w.len()));
+        }
+    }
+    let bytes = norm.as_bytes();
+    let word = |&(s, e): &(usize, usize)| bytes.get(s..e).unwrap_or(&[]);
+    for i in 0..words.len() {
+        for n in cfg.ngram_min..=cfg.ngram_max {
+            let Some(gram) = words.get(i..i + n) else {
+                break;
+            };
+            if let [one] = gram {
+                f(word(one));
+                continue;
+            }
+            key.clear();
+            for (j, w) in gram.iter().enumerate() {
+                if j > 0 {
+                    key.push(b' ');
+                }
+                key.extend_from_slice(word(w));
+            }
+            f(key);
+        }
+    }
+}
+
+/// The weight of a term that occurs `count` times.
+#[inline]
+fn tf_weight(count: u32, sublinear: bool) -> f32 {
+    if sublinear {
+        1.0 + (count as f32).ln()
+    } else {
+        count as f32
+    }
+}
+
+/// The idf weight of a term in `df` of `n` documents.
+pub(crate) fn idf_weight(df: usize, n: usize, smooth: bool) -> f32 {
+    let (n, df) = (n as f64, df as f64);
+    let idf = if smooth {
+        ((1.0 + n) / (1.0 + df)).ln() + 1.0
+    } else {
+        (n / df.max(1.0)).ln() + 1.0
+    };
+    idf as f32
+}
+
+/// Why a bundle's text sections cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TextViewError {
+    /// The vocabulary is not a valid `fst::Map`.
+    #[error("{VOCAB_SECTION}: {0}")]
+    Vocab(String),
+    /// The idf weights do not match the feature count.
+    #[error("{IDF_SECTION} holds {found} weights for {expected} features")]
+    IdfLength {
+        /// The model's feature count.
+        expected: usize,
+        /// The section's length.
+        found: usize,
+    },
+    /// A feature id in the vocabulary is out of range (found by a full check).
+    #[error("{VOCAB_SECTION}: term {term:?} has feature id {id}, not below {n_features}")]
+    IdOutOfRange {
+        /// The term, lossily decoded.
+        term: String,
+        /// Its id.
+        id: u64,
+        /// The feature count.
+        n_features: usize,
+    },
+    /// The vocabulary and the feature count disagree (found by a full check).
+    #[error("{VOCAB_SECTION} holds {found} terms for {expected} features")]
+    VocabLength {
+        /// The feature count.
+        expected: usize,
+        /// The number of terms.
+        found: usize,
+    },
+    /// An idf weight is not a finite positive number (found by a full check).
+    #[error("{IDF_SECTION}: weight {index} is {value}")]
+    BadIdf {
+        /// The feature id.
+        index: usize,
+        /// The weight.
+        value: f32,
+    },
+    /// A section is missing or of the wrong type.
+    #[error(transparent)]
+    Format(#[from] crate::bundle::FormatError),
+}
+
+/// The vectorizer of a model: its vocabulary and idf weights, read in place from the bundle.
+pub struct TextView {
+    vocab: fst::Map<Section<u8>>,
+    idf: Section<f32>,
+    meta: TextMeta,
+}
+
+impl std::fmt::Debug for TextView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextView")
+            .field("terms", &self.vocab.len())
+            .field("settings", &self.meta.settings)
+            .finish()
+    }
+}
+
+impl TextView {
+    /// The view over a bundle's text sections, for a model with `n_features` features. Reads the
+    /// vocabulary's header only, so it costs the same for any vocabulary size.
+    pub fn open(
+        bundle: &Bundle,
+        meta: &TextMeta,
+        n_features: usize,
+    ) -> Result<Self, TextViewError> {
+        TextView::new(
+            bundle.bytes(VOCAB_SECTION)?,
+            bundle.f32s(IDF_SECTION)?,
+            meta.clone(),
+            n_features,
+        )
+    }
+
+    /// The view over a vocabulary and idf weights, checked in O(1).
+    pub(crate) fn new(
+        vocab: Section<u8>,
+        idf: Section<f32>,
+        meta: TextMeta,
+        n_features: usize,
+    ) -> Result<Self, TextViewError> {
+        if idf.len() != n_features {
+            return Err(TextViewError::IdfLength {
+                expected: n_features,
+                found: idf.len(),
+            });
+        }
+        let vocab = fst::Map::new(vocab).map_err(|e| TextViewError::Vocab(e.to_string()))?;
+        Ok(TextView { vocab, idf, meta })
+    }
+
+    /// The full check, O(vocabulary): the vocabulary's own checksum, every id in range and used
+    /// once, and every idf weight finite and positive.
+    pub fn verify(&self) -> Result<(), TextViewError> {
+        use fst::Streamer;
+        self.vocab
+            .as_fst()
+            .verify()
+            .map_err(|e| TextViewError::Vocab(e.to_string()))?;
+        let n = self.idf.len();
+        if self.vocab.len() != n {
+            return Err(TextViewError::VocabLength {
+                expected: n,
+                found: self.vocab.len(),
+            });
+        }
+        let mut seen = vec![false; n];
+        let mut stream = self.vocab.stream();
+        while let Some((term, id)) = stream.next() {
+            let fresh = usize::try_from(id)
+                .ok()
+                .and_then(|i| seen.get_mut(i))
+                .map(|s| !std::mem::replace(s, true));
+            if fresh != Some(true) {
+                return Err(TextViewError::IdOutOfRange {
+                    term: String::from_utf8_lossy(term).into_owned(),
+                    id,
+                    n_features: n,
+                });
+            }
+        }
+        if let Some((index, &value)) = self
+            .idf
+            .iter()
+            .enumerate()
+            .find(|(_, w)| !(w.is_finite() && **w > 0.0))
+        {
+            return Err(TextViewError::BadIdf { index, value });
+        }
+        Ok(())
+    }
+
+    /// The settings and counts of the fit.
+    pub fn meta(&self) -> &TextMeta {
+        &self.meta
+    }
+
+    /// The number of features (terms in the vocabulary).
+    pub fn n_features(&self) -> usize {
+        self.idf.len()
+    }
+
+    /// The feature id of `term`, if it is in the vocabulary.
+    pub fn term_id(&self, term: &str) -> Option<u32> {
+        self.vocab
+            .get(term)
+            .and_then(|id| u32::try_from(id).ok())
+            .filter(|&id| (id as usize) < self.idf.len())
+    }
+
+    /// Every term, indexed by feature id (O(vocabulary); for feature-name files and tools).
+    pub fn terms(&self) -> Vec<String> {
+        use fst::Streamer;
+        let mut out = vec![String::new(); self.idf.len()];
+        let mut stream = self.vocab.stream();
+        while let Some((term, id)) = stream.next() {
+            if let Some(slot) = usize::try_from(id).ok().and_then(|i| out.get_mut(i)) {
+                *slot = String::from_utf8_lossy(term).into_owned();
+            }
+        }
+        out
+    }
+
+    /// Sorted, unique feature ids with their tf-idf values (l2-normalised per settings).
+    ///
+    /// `idx` and `val` are cleared first. A text with no known term gives empty vectors. Once
+    /// `scratch`, `idx` and `val` have grown to a text's size, a text of that size allocates
+    /// nothing, and nothing here can panic.
+    pub fn vectorize(
+        &self,
+        text: &str,
+        scratch: &mut TextScratch,
+        idx: &mut Vec<u32>,
+        val: &mut Vec<f32>,
+    ) -> TextStats {
+        let TextScratch { tokens, ids } = scratch;
+        let settings = &self.meta.settings;
+        let n = self.idf.len();
+        let mut stats = TextStats::default();
+        ids.clear();
+        for_each_term(settings, text, tokens, |term| {
+            stats.terms += 1;
+            if let Some(id) = self.vocab.get(term) {
+                if let Ok(id) = u32::try_from(id) {
+                    if (id as usize) < n {
+                        stats.known_terms += 1;
+                        ids.push(id);
+                    }
+                }
+            }
+        });
+        ids.sort_unstable();
+        idx.clear();
+        val.clear();
+        let idf: &[f32] = &self.idf;
+        let mut rest = ids.as_slice();
+        while let Some(&id) = rest.first() {
+            let run = rest.iter().take_while(|&&x| x == id).count();
+            rest = rest.get(run..).unwrap_or(&[]);
+            let w = idf.get(id as usize).copied().unwrap_or(0.0);
+            idx.push(id);
+            val.push(tf_weight(run as u32, settings.sublinear_tf) * w);
+        }
+        if settings.l2 {
+            crate::data::l2_normalize(val);
+        }
+        stats
+    }
+}
