@@ -35,7 +35,7 @@ t0 = time.time()
 model = omikuji.Model.train_on_data(args.train, hp, n_threads=args.threads)
 t_train = time.time() - t0
 test = read_xc(args.test)
-omikuji.Model.init_prediction_thread_pool(args.threads)
+model.init_prediction_thread_pool(args.threads)
 hits = {1: 0, 3: 0, 5: 0}
 t0 = time.time()
 for labels, feats in test:
