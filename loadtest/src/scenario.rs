@@ -53,7 +53,9 @@ pub struct Scenario {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSpec {
-    /// An XC-format file (plain or gzip): its rows are the queries, its labels the truth.
+    /// An XC-format file (plain or gzip): its rows are the queries (`features`), its labels the
+    /// truth. Or a JSON Lines file (`.jsonl`, `.jsonl.gz`) of `{"text", "labels"}` documents:
+    /// text queries, scored by the label names the server answers with.
     pub test: PathBuf,
     /// Labels per request (P@k and expected depth@k are reported for k = 1 and this k).
     #[serde(default = "default_k")]

@@ -2,7 +2,8 @@
 
 use super::reload::{self, Loaded, ReloadOutcome};
 use super::{ApiError, AppState, SinglePredict};
-use crate::model::{PredictOptions, Prediction, QueryError, Scratch};
+use crate::model::{Model, PredictOptions, Prediction, QueryError, Scratch};
+use crate::text::{TextScratch, TextStats};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -120,12 +121,27 @@ impl<'de> Deserialize<'de> for Features {
     }
 }
 
-/// One prediction request. Every field but `features` may be absent or `null`.
+/// Deserializes a field that may be absent but not `null`: `Some` of the value itself, so that a
+/// `null` is refused as the wrong type (with `#[serde(default)]` for absence).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// One prediction request: exactly one of `features` and `text`. Every other field may be absent
+/// or `null`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PredictRequest {
     /// `[[id, value], ...]`.
-    features: Features,
+    #[serde(default, deserialize_with = "present")]
+    features: Option<Features>,
+    /// Raw text, vectorized by the bundle's own vectorizer.
+    #[serde(default, deserialize_with = "present")]
+    text: Option<String>,
     /// How many labels (default: the server's `default_k`).
     k: Option<JsonInt>,
     /// Beam width (default: the server's, else the model's).
@@ -171,11 +187,28 @@ fn current(state: &AppState) -> Result<Arc<Loaded>, ApiError> {
     state.current.load_full().ok_or(ApiError::NoModel)
 }
 
-/// Checks a request against the server's limits and the model, giving the model's inputs.
-fn prepare(
-    state: &AppState,
-    req: PredictRequest,
-) -> Result<(Vec<u32>, Vec<f32>, PredictOptions), ApiError> {
+/// A query as the request gave it: a sparse vector, or text that the predicting thread vectorizes
+/// with the bundle's vectorizer into its own buffers.
+#[derive(Debug)]
+enum Query {
+    Features { idx: Vec<u32>, val: Vec<f32> },
+    Text(String),
+}
+
+/// The answer to a text query to a model without a vectorizer.
+fn no_vectorizer() -> ApiError {
+    ApiError::Invalid(
+        "this model has no text vectorizer (it was trained on feature vectors): send `features` \
+         instead of `text`"
+            .into(),
+    )
+}
+
+/// A prepared request: the query and the model's options.
+type Prepared = (Query, PredictOptions);
+
+/// Checks a request against the server's limits and `model`, giving the model's inputs.
+fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepared, ApiError> {
     let k = req.k.map_or(state.cfg.default_k, JsonInt::usize);
     if k == 0 || k > state.cfg.max_k {
         return Err(ApiError::Invalid(format!(
@@ -199,13 +232,32 @@ fn prepare(
             "block_candidates must be at least 1".into(),
         ));
     }
-    let Features { idx, val, problem } = req.features;
-    if let Some(problem) = problem {
-        return Err(ApiError::Invalid(problem));
-    }
+    let query = match (req.features, req.text) {
+        (Some(Features { idx, val, problem }), None) => {
+            if let Some(problem) = problem {
+                return Err(ApiError::Invalid(problem));
+            }
+            Query::Features { idx, val }
+        }
+        (None, Some(text)) => {
+            if model.text().is_none() {
+                return Err(no_vectorizer());
+            }
+            Query::Text(text)
+        }
+        (Some(_), Some(_)) => {
+            return Err(ApiError::Invalid(
+                "give either `features` or `text`, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::Invalid(
+                "a prediction needs `features` or `text`".into(),
+            ));
+        }
+    };
     Ok((
-        idx,
-        val,
+        query,
         PredictOptions {
             k,
             beam,
@@ -223,7 +275,24 @@ fn prepare(
 
 thread_local! {
     static SCRATCH: RefCell<(Scratch, Prediction)> = RefCell::new(Default::default());
+    /// The vectorizer's scratch space and the vector a text query becomes, kept per thread like
+    /// [`SCRATCH`] so that a warm thread vectorizes without allocating.
+    static TEXT_SCRATCH: RefCell<TextBuffers> = RefCell::new(Default::default());
 }
+
+/// A thread's buffers for text queries.
+#[derive(Default)]
+struct TextBuffers {
+    scratch: TextScratch,
+    idx: Vec<u32>,
+    val: Vec<f32>,
+}
+
+/// What [`warm_scratch`] vectorizes: words of several lengths, some repeated and some not in any
+/// vocabulary, so that a thread's text buffers are grown before its first real query.
+const WARM_TEXT: &str = "Warm-up query: the quick brown fox jumps over the lazy dog, 42 times; \
+    a library for parsing and serialising data (development files), command-line tools, \
+    documentation and examples. Ünïcödé wörds, naïve café, straße, 東京 and ﬁnal ligatures.";
 
 /// Sizes this thread's scratch space for `loaded` (with one of its spares, if it has any) and
 /// runs one throwaway prediction, recording no metrics. A thread's first prediction otherwise
@@ -241,6 +310,18 @@ pub(crate) fn warm_scratch(loaded: &Loaded) {
             let _ = model.predict_into(&idx, &val, &PredictOptions::default(), scratch, out);
         }
     });
+    if let Some(view) = model.text() {
+        TEXT_SCRATCH.with(|cell| {
+            if let Ok(mut t) = cell.try_borrow_mut() {
+                let TextBuffers { scratch, idx, val } = &mut *t;
+                // The repeat sizes the buffers for a query several times longer than the text.
+                let long = WARM_TEXT.repeat(8);
+                idx.clear();
+                val.clear();
+                view.vectorize(&long, scratch, idx, val);
+            }
+        });
+    }
 }
 
 /// The model that served a response.
@@ -277,6 +358,12 @@ struct Stats<'a> {
     beam_capped: bool,
     deadline_hit: bool,
     elapsed_us: f64,
+    /// Text queries only: the terms (n-grams) of the text, and how many of them the vocabulary
+    /// knows (only those reach the model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terms: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    known_terms: Option<usize>,
 }
 
 /// The names of `labels`, looked up as they are written.
@@ -303,14 +390,38 @@ fn widened<S: Serializer>(scores: &&[f32], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(scores.iter().map(|&x| f64::from(x)))
 }
 
-/// Runs one prediction with this thread's scratch space and renders its JSON.
-fn predict_one(
+/// Runs one prediction with this thread's scratch space and renders its JSON. A text query is
+/// vectorized first, into this thread's text buffers.
+fn predict_one(loaded: &Loaded, query: &Query, opts: &PredictOptions) -> Result<Vec<u8>, ApiError> {
+    let start = Instant::now();
+    match query {
+        Query::Features { idx, val } => predict_vector(loaded, idx, val, None, opts, start),
+        Query::Text(text) => {
+            let view = loaded.model.text().ok_or_else(no_vectorizer)?;
+            let run = |t: &mut TextBuffers| {
+                t.idx.clear();
+                t.val.clear();
+                let stats = view.vectorize(text, &mut t.scratch, &mut t.idx, &mut t.val);
+                predict_vector(loaded, &t.idx, &t.val, Some(stats), opts, start)
+            };
+            TEXT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut t) => run(&mut t),
+                Err(_) => run(&mut TextBuffers::default()),
+            })
+        }
+    }
+}
+
+/// Runs one prediction of a vector with this thread's scratch space and renders its JSON; `text`
+/// holds the vectorizer's counts when the vector came from a text.
+fn predict_vector(
     loaded: &Loaded,
     idx: &[u32],
     val: &[f32],
+    text: Option<TextStats>,
     opts: &PredictOptions,
+    start: Instant,
 ) -> Result<Vec<u8>, ApiError> {
-    let start = Instant::now();
     let model = &loaded.model;
     let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<Vec<u8>, ApiError> {
         model
@@ -341,6 +452,8 @@ fn predict_one(
                 beam_capped: out.beam_capped,
                 deadline_hit: out.deadline_hit,
                 elapsed_us: start.elapsed().as_secs_f64() * 1e6,
+                terms: text.map(|t| t.terms),
+                known_terms: text.map(|t| t.known_terms),
             },
         };
         // Room for a typical body (five named labels and the stats) before any growth.
@@ -372,13 +485,13 @@ pub async fn predict(
 ) -> Result<Response, ApiError> {
     let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
     let loaded = current(&state)?;
-    let (idx, val, opts) = prepare(&state, req)?;
+    let (query, opts) = prepare(&state, &loaded.model, req)?;
     match state.cfg.single_predict {
-        SinglePredict::Inline => predict_one(&loaded, &idx, &val, &opts).map(json_bytes),
+        SinglePredict::Inline => predict_one(&loaded, &query, &opts).map(json_bytes),
         SinglePredict::Pool => {
             let (tx, rx) = tokio::sync::oneshot::channel();
             state.pool.spawn(move || {
-                let _ = tx.send(predict_one(&loaded, &idx, &val, &opts));
+                let _ = tx.send(predict_one(&loaded, &query, &opts));
             });
             rx.await
                 .map_err(|_| ApiError::Internal("the prediction pool dropped a request".into()))?
@@ -406,7 +519,7 @@ pub async fn predict_batch(
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            prepare(&state, r).map_err(|e| match e {
+            prepare(&state, &loaded.model, r).map_err(|e| match e {
                 ApiError::Invalid(m) => ApiError::Invalid(format!("instance {i}: {m}")),
                 other => other,
             })
@@ -417,7 +530,7 @@ pub async fn predict_batch(
     state.pool.spawn(move || {
         let out: Vec<Result<Vec<u8>, ApiError>> = prepared
             .par_iter()
-            .map(|(idx, val, opts)| predict_one(&l, idx, val, opts))
+            .map(|(query, opts)| predict_one(&l, query, opts))
             .collect();
         let _ = tx.send(out);
     });
@@ -549,8 +662,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /openapi.json`: the repository's document with this server's limits written in (`k` at
 /// most `max_k`, batches of at most `max_batch`, feature ids below the serving model's feature
-/// count, `rerank` and `impute` only false when the serving model lacks them), so that a client
-/// generated from it, or a schema-based tester, knows them.
+/// count, `rerank` and `impute` only false when the serving model lacks them, `text` only for a
+/// model with a vectorizer), so that a client generated from it, or a schema-based tester, knows
+/// them.
 pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
     match serde_json::from_str::<Value>(OPENAPI) {
         Ok(mut doc) => {
@@ -567,6 +681,17 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
                 if let Some(id) = doc.pointer_mut(&id).and_then(Value::as_object_mut) {
                     let n = model.meta().n_features;
                     id.insert("maximum".into(), json!(n.saturating_sub(1)));
+                }
+                // A model without a vectorizer takes only `features`: `text` is a 422.
+                if model.text().is_none() {
+                    let request = "/components/schemas/PredictRequest";
+                    if let Some(r) = doc.pointer_mut(request).and_then(Value::as_object_mut) {
+                        r.remove("oneOf");
+                        r.insert("required".into(), json!(["features"]));
+                    }
+                    if let Some(p) = doc.pointer_mut(props).and_then(Value::as_object_mut) {
+                        p.remove("text");
+                    }
                 }
                 // An option the serving model lacks takes only false (or null): true is a 422.
                 for (option, available) in [
