@@ -138,18 +138,26 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     rest.split_whitespace().next()
 }
 
-/// The README's curl request, with its answer's labels.
-fn readme_predict(server: &Server) -> Option<Vec<u64>> {
+/// The README's curl request, with its answer's labels and their names.
+fn readme_predict(server: &Server) -> Option<(Vec<u64>, Vec<String>)> {
     let (status, body) = server.request(
         "POST",
         "/v1/predict",
-        r#"{"features":[[3,1.0],[17,0.5]],"k":5}"#,
+        r#"{"text":"GTK+ image viewer written in Python","k":5}"#,
     )?;
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v["labels"]
-        .as_array()
-        .map(|a| a.iter().map(|l| l.as_u64().unwrap()).collect())
+    let labels = v["labels"]
+        .as_array()?
+        .iter()
+        .map(|l| l.as_u64().unwrap())
+        .collect();
+    let names = v["names"]
+        .as_array()?
+        .iter()
+        .map(|n| n.as_str().unwrap().to_owned())
+        .collect();
+    Some((labels, names))
 }
 
 /// A counter's value in a Prometheus text page, when it is there.
@@ -162,17 +170,21 @@ fn counter(page: &str, name: &str) -> Option<f64> {
 #[test]
 fn the_readme_command_serves_the_default_model_and_drains_on_sigterm() {
     let mut server = Server::start();
-    let labels = readme_predict(&server).expect("an answer");
-    // Five distinct labels of the default model (Bibtex: 159 of them).
+    let (labels, names) = readme_predict(&server).expect("an answer");
+    // Five distinct labels of the default model (debtags: 502 of them), each with its name.
     assert_eq!(labels.len(), 5, "{labels:?}");
-    assert!(labels.iter().all(|&l| l < 159), "{labels:?}");
+    assert!(labels.iter().all(|&l| l < 502), "{labels:?}");
     let mut distinct = labels.clone();
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), 5, "{labels:?}");
+    // The README's query names a GTK image viewer written in Python; debtags are `facet::value`.
+    assert_eq!(names.len(), 5, "{names:?}");
+    assert!(names.iter().all(|n| n.contains("::")), "{names:?}");
+    assert!(names.iter().any(|n| n == "uitoolkit::gtk"), "{names:?}");
     let (status, body) = server.request("GET", "/v1/model", "").unwrap();
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("bibtex"), "{body}");
+    assert!(body.contains("debian-tags-text-default"), "{body}");
 
     server.signal_and_expect_a_drain(Signal::TERM);
     assert!(TcpStream::connect_timeout(&server.addr, Duration::from_secs(1)).is_err());
@@ -228,7 +240,7 @@ fn out_of_file_descriptors_the_server_backs_off_and_takes_connections_again() {
     drop(clients);
     let deadline = Instant::now() + Duration::from_secs(15);
     let labels = loop {
-        if let Some(labels) = readme_predict(&server) {
+        if let Some((labels, _)) = readme_predict(&server) {
             break labels;
         }
         assert!(
