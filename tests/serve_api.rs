@@ -2,12 +2,15 @@
 //! code, hot swaps and a corrupt bundle.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::serve_config;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
+use std::path::Path;
+use std::sync::Arc;
 use tower::ServiceExt;
 use xmc::config::TrainConfig;
 use xmc::data;
@@ -29,18 +32,6 @@ fn write_model(path: &Path, seed: u64) -> String {
     let t = train_small(seed);
     t.write(path).unwrap();
     t.meta.version.clone()
-}
-
-fn config(model: PathBuf, token: Option<&str>) -> ServeConfig {
-    let mut cfg = ServeConfig::defaults();
-    cfg.model = model;
-    cfg.poll_interval_ms = 0;
-    cfg.body_limit_bytes = 4096;
-    cfg.max_batch = 4;
-    cfg.max_k = 20;
-    cfg.pool_threads = 2;
-    cfg.admin_token = token.map(str::to_string);
-    cfg
 }
 
 async fn call(
@@ -75,43 +66,16 @@ async fn call_with(
     (status, value)
 }
 
-/// The error codes `openapi.json`'s `Error` schema lists, read once for every test here.
-static DOCUMENTED_CODES: LazyLock<Vec<String>> = LazyLock::new(|| {
-    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
-    let codes =
-        &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"];
-    codes
-        .as_array()
-        .unwrap_or_else(|| panic!("openapi.json's Error code has no enum: {codes}"))
-        .iter()
-        .map(|c| {
-            c.as_str()
-                .unwrap_or_else(|| panic!("a non-string code: {c}"))
-                .to_owned()
-        })
-        .collect()
-});
-
-/// Checks the status and the one error shape, with a code that `openapi.json`'s `Error` schema
-/// lists.
+/// Checks the status and the one error shape, with a documented code.
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode) {
-    assert_eq!(status, want, "{body}");
-    let code = body["error"]["code"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no code: {body}"));
-    assert!(body["error"]["message"].is_string(), "{body}");
-    assert!(
-        DOCUMENTED_CODES.iter().any(|c| c == code),
-        "{code} is not in openapi.json's Error codes {:?}",
-        *DOCUMENTED_CODES
-    );
+    common::assert_error(status, body, want);
 }
 
 async fn loaded_state(token: Option<&str>) -> (tempfile::TempDir, Arc<AppState>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.xmcb");
     let version = write_model(&path, 1);
-    let state = AppState::new(config(path, token)).unwrap();
+    let state = AppState::new(serve_config(path, token)).unwrap();
     xmc::serve::reload_now(&state).await.unwrap();
     (dir, state, version)
 }
@@ -123,7 +87,7 @@ async fn single_predictions_on_the_pool_answer_as_inline_ones() {
     write_model(&path, 1);
     let mut answers = Vec::new();
     for mode in ["inline", "pool"] {
-        let mut cfg = config(path.clone(), None);
+        let mut cfg = serve_config(path.clone(), None);
         cfg.set("single_predict", mode, "test").unwrap();
         let state = AppState::new(cfg).unwrap();
         xmc::serve::reload_now(&state).await.unwrap();
@@ -247,7 +211,7 @@ async fn answers_carry_names_and_the_exact_scores() {
     t.label_names = Some((0..t.meta.n_labels).map(|l| format!("label-{l}")).collect());
     t.meta.has_label_names = true;
     t.write(&path).unwrap();
-    let state = AppState::new(config(path.clone(), None)).unwrap();
+    let state = AppState::new(serve_config(path.clone(), None)).unwrap();
     xmc::serve::reload_now(&state).await.unwrap();
     let model = xmc::model::Model::open(&path, &xmc::bundle::OpenOptions::default()).unwrap();
     let want = model
@@ -460,7 +424,7 @@ async fn a_wrong_method_gets_the_error_body_and_allow() {
 #[tokio::test]
 async fn without_a_model_predictions_are_503_and_not_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let state = AppState::new(config(dir.path().join("missing.xmcb"), None)).unwrap();
+    let state = AppState::new(serve_config(dir.path().join("missing.xmcb"), None)).unwrap();
     assert!(xmc::serve::reload_now(&state).await.is_err());
     let (s, v) = call(
         &state,
@@ -717,7 +681,7 @@ async fn load_checks_full_refuses_what_checksums_let_through() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.xmcb");
     let version = write_nan_model(&path);
-    let mut cfg = config(path.clone(), None);
+    let mut cfg = serve_config(path.clone(), None);
     cfg.load_checks = LoadChecks::Full;
     let state = AppState::new(cfg).unwrap();
     let err = xmc::serve::reload_now(&state).await.unwrap_err();
@@ -727,7 +691,7 @@ async fn load_checks_full_refuses_what_checksums_let_through() {
 
     // The default checks every checksum and the structure: the file is what was written, and
     // the server answers from it (wrong scores, never a panic).
-    let state = AppState::new(config(path, None)).unwrap();
+    let state = AppState::new(serve_config(path, None)).unwrap();
     assert_eq!(state.cfg.load_checks, LoadChecks::Checksums);
     xmc::serve::reload_now(&state).await.unwrap();
     let (s, v) = call(
@@ -750,7 +714,7 @@ async fn keeps_answering_through_twenty_swaps() {
     assert_ne!(va, vb);
     let live = dir.path().join("live.xmcb");
     std::os::unix::fs::symlink(&a, &live).unwrap();
-    let state = AppState::new(config(live.clone(), None)).unwrap();
+    let state = AppState::new(serve_config(live.clone(), None)).unwrap();
     xmc::serve::reload_now(&state).await.unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let client = {

@@ -3,8 +3,11 @@
 //! the answers, and every bad input a text query can bring.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::serve_config;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -13,7 +16,7 @@ use std::sync::{Arc, LazyLock};
 use tower::ServiceExt;
 use xmc::bundle::OpenOptions;
 use xmc::model::{Model, PredictOptions};
-use xmc::serve::{AppState, ServeConfig, app};
+use xmc::serve::{AppState, app};
 use xmc::text::TextScratch;
 
 /// The vendored text data set the test model is trained on.
@@ -60,19 +63,8 @@ fn write_feature_model(path: &Path) {
     .unwrap();
 }
 
-fn config(model: PathBuf) -> ServeConfig {
-    let mut cfg = ServeConfig::defaults();
-    cfg.model = model;
-    cfg.poll_interval_ms = 0;
-    cfg.body_limit_bytes = 4096;
-    cfg.max_batch = 4;
-    cfg.max_k = 20;
-    cfg.pool_threads = 2;
-    cfg
-}
-
 async fn state_for(model: PathBuf, single_predict: &str) -> Arc<AppState> {
-    let mut cfg = config(model);
+    let mut cfg = serve_config(model, None);
     cfg.set("single_predict", single_predict, "test").unwrap();
     let state = AppState::new(cfg).unwrap();
     xmc::serve::reload_now(&state).await.unwrap();
@@ -109,16 +101,15 @@ async fn served_document(state: &Arc<AppState>) -> Value {
     serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
 }
 
-/// Checks an error answer: the status, and the one error shape with a code from
-/// `openapi.json`'s `Error` schema.
+/// Checks an error answer: the status, the one error shape, and `code`, which `openapi.json`'s
+/// `Error` schema must list.
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
-    assert_eq!(status, want, "{body}");
-    assert_eq!(body["error"]["code"], code, "{body}");
-    assert!(body["error"]["message"].is_string(), "{body}");
-    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
-    let codes =
-        &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"];
-    assert!(codes.as_array().unwrap().contains(&json!(code)), "{code}");
+    assert_eq!(common::assert_error(status, body, want), code, "{body}");
+}
+
+/// The message of an error answer.
+fn message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
 }
 
 /// A test document of the vendored set: a real package description.
@@ -212,13 +203,7 @@ async fn a_batch_mixes_text_and_feature_instances() {
     let body = json!({"instances": [{"text": QUERY}, {"text": QUERY, "features": [[0, 1.0]]}]});
     let (s, v) = post(&state, "/v1/predict/batch", body.to_string()).await;
     assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("instance 1"),
-        "{v}"
-    );
+    assert!(message(&v).contains("instance 1"), "{v}");
 }
 
 #[tokio::test]
@@ -270,14 +255,10 @@ async fn text_and_features_together_or_neither_are_422() {
         assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
     }
     let (_, v) = post(&state, "/v1/predict", json!({"k": 3}).to_string()).await;
-    let message = v["error"]["message"].as_str().unwrap();
-    assert!(message.contains("`features` or `text`"), "{v}");
+    assert!(message(&v).contains("`features` or `text`"), "{v}");
     let both = json!({"text": QUERY, "features": [[0, 1.0]]}).to_string();
     let (_, v) = post(&state, "/v1/predict", both).await;
-    assert!(
-        v["error"]["message"].as_str().unwrap().contains("not both"),
-        "{v}"
-    );
+    assert!(message(&v).contains("not both"), "{v}");
 }
 
 #[tokio::test]
@@ -288,23 +269,11 @@ async fn text_to_a_model_without_a_vectorizer_is_422() {
     let state = state_for(path, "inline").await;
     let (s, v) = post(&state, "/v1/predict", json!({"text": QUERY}).to_string()).await;
     assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("no text vectorizer"),
-        "{v}"
-    );
+    assert!(message(&v).contains("no text vectorizer"), "{v}");
     let body = json!({"instances": [{"features": [[1, 1.0]]}, {"text": QUERY}]});
     let (s, v) = post(&state, "/v1/predict/batch", body.to_string()).await;
     assert_error(s, &v, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("instance 1"),
-        "{v}"
-    );
+    assert!(message(&v).contains("instance 1"), "{v}");
     // Its served document offers features only.
     let doc = served_document(&state).await;
     let request = &doc["components"]["schemas"]["PredictRequest"];

@@ -21,16 +21,21 @@ fn tags(split: &str) -> PathBuf {
         .join(format!("{split}.jsonl.gz"))
 }
 
-/// The `text` of every line of a JSONL file, read independently of xmc's reader.
-fn texts(path: &Path) -> Vec<String> {
+/// Every line of a JSONL file as JSON, read independently of xmc's reader.
+fn jsonl(path: &Path) -> Vec<serde_json::Value> {
     let file = std::fs::File::open(path).unwrap();
     let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
     reader
         .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
-            v["text"].as_str().unwrap().to_string()
-        })
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect()
+}
+
+/// The `text` of every line of a JSONL file.
+fn texts(path: &Path) -> Vec<String> {
+    jsonl(path)
+        .iter()
+        .map(|v| v["text"].as_str().unwrap().to_string())
         .collect()
 }
 
@@ -162,12 +167,9 @@ fn the_fit_does_not_depend_on_the_thread_count() {
 }
 
 fn texts_labels(path: &Path) -> Vec<Vec<String>> {
-    let file = std::fs::File::open(path).unwrap();
-    let reader = std::io::BufReader::new(flate2::read::GzDecoder::new(file));
-    reader
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+    jsonl(path)
+        .iter()
+        .map(|v| {
             v["labels"]
                 .as_array()
                 .unwrap()

@@ -1,11 +1,16 @@
-//! Helpers shared by the end-to-end tests: the vendored data sets and training with overrides.
+//! Helpers shared by the end-to-end tests: the vendored data sets, training with overrides, and
+//! the in-process server's settings and error checks.
 // Not every test binary uses every helper.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use axum::http::StatusCode;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
 use xmc::model::{Model, PredictOptions};
+use xmc::serve::ServeConfig;
 use xmc::train::{self, Quiet, TrainInputs, Trained};
 use xmc::tree::chunk::{IndexChoice, RowChoice};
 use xmc::tree::view::TreeArrays;
@@ -56,4 +61,51 @@ pub fn p_at_1_with(model: &Model, ds: &Dataset, opts: &PredictOptions) -> f64 {
         }
     }
     hits as f64 / ds.n_points() as f64
+}
+
+/// The settings of the in-process API tests: `model`, no polling, small limits (a 4 KiB body, 4
+/// instances a batch, k up to 20), two pool threads, and the admin `token` if any.
+pub fn serve_config(model: PathBuf, token: Option<&str>) -> ServeConfig {
+    let mut cfg = ServeConfig::defaults();
+    cfg.model = model;
+    cfg.poll_interval_ms = 0;
+    cfg.body_limit_bytes = 4096;
+    cfg.max_batch = 4;
+    cfg.max_k = 20;
+    cfg.pool_threads = 2;
+    cfg.admin_token = token.map(str::to_string);
+    cfg
+}
+
+/// The error codes `openapi.json`'s `Error` schema lists, read once per test binary.
+static DOCUMENTED_CODES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let doc: Value = serde_json::from_str(include_str!("../../openapi.json")).unwrap();
+    let codes =
+        &doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"];
+    codes
+        .as_array()
+        .unwrap_or_else(|| panic!("openapi.json's Error code has no enum: {codes}"))
+        .iter()
+        .map(|c| {
+            c.as_str()
+                .unwrap_or_else(|| panic!("a non-string code: {c}"))
+                .to_owned()
+        })
+        .collect()
+});
+
+/// Checks the status and the one error shape, with a code that `openapi.json`'s `Error` schema
+/// lists; returns the code.
+pub fn assert_error(status: StatusCode, body: &Value, want: StatusCode) -> String {
+    assert_eq!(status, want, "{body}");
+    let code = body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no code: {body}"));
+    assert!(body["error"]["message"].is_string(), "{body}");
+    assert!(
+        DOCUMENTED_CODES.iter().any(|c| c == code),
+        "{code} is not in openapi.json's Error codes {:?}",
+        *DOCUMENTED_CODES
+    );
+    code.to_owned()
 }
