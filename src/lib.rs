@@ -1,7 +1,7 @@
 //! xmc: extreme multi-label classification, from training to a sub-millisecond request path.
 //!
-//! Given one sparse feature vector (or a text, through the model's own vectorizer), xmc picks the few right labels out of a universe of up to
-//! millions. The crate is organised by stage, and each stage owns both how it trains and how it
+//! Given one sparse feature vector (or a text, through the model's own vectorizer), xmc picks the
+//! few right labels out of a universe of up to millions. The crate is organised by stage, and each stage owns both how it trains and how it
 //! applies at query time:
 //!
 //! - [`data`]: the Extreme Classification Repository text format, sparse matrices, the
@@ -32,6 +32,8 @@
 //! - [`cli`]: the `xmc` subcommands' arguments and what each runs.
 //!
 //! The binary `xmc` (in `main.rs` and [`cli`]) parses arguments and calls into these modules.
+
+#![warn(missing_docs)]
 
 pub mod bundle;
 pub mod cli;

@@ -15,6 +15,7 @@ pub mod train;
 #[derive(Debug, Parser)]
 #[command(name = "xmc", version, about)]
 pub struct Cli {
+    /// The subcommand to run.
     #[command(subcommand)]
     pub command: Command,
 }
