@@ -125,11 +125,12 @@ fn write_lines<'a>(
 }
 
 fn vectorize(args: VectorizeArgs) -> anyhow::Result<()> {
-    use crate::text::corpus::{fit_file, vectorize_file};
+    use crate::text::corpus::{fit_and_vectorize, fit_file, vectorize_file};
     use crate::text::{LabelMap, TextView};
     let start = std::time::Instant::now();
     let model;
     let fitted;
+    let mut fitted_here = None;
     let (view, labels): (&TextView, LabelMap) = match &args.model {
         Some(path) => {
             model = crate::model::Model::open(path, &super::VERIFY)
@@ -144,16 +145,34 @@ fn vectorize(args: VectorizeArgs) -> anyhow::Result<()> {
         None => {
             let cfg = crate::config::TrainConfig::load(args.config.as_deref(), &args.set)?;
             super::train::init_threads(&cfg);
-            let source = args.fit.as_deref().unwrap_or(&args.input);
-            let (f, labels) = fit_file(source, &cfg.text)
-                .with_context(|| format!("reading {}", source.display()))?;
-            fitted = f.view()?;
-            (&fitted, labels)
+            match args.fit.as_deref() {
+                // Fitted on the input itself: one pass, as `xmc train` makes its rows.
+                None => {
+                    let t = fit_and_vectorize(&args.input, &cfg.text)
+                        .with_context(|| format!("reading {}", args.input.display()))?;
+                    fitted = t.fitted.view()?;
+                    let labels = t.labels;
+                    fitted_here = Some((t.fit_seconds, t.corpus));
+                    (&fitted, labels)
+                }
+                Some(source) => {
+                    let (f, labels) = fit_file(source, &cfg.text)
+                        .with_context(|| format!("reading {}", source.display()))?;
+                    fitted = f.view()?;
+                    (&fitted, labels)
+                }
+            }
         }
     };
-    let fit_s = start.elapsed().as_secs_f64();
-    let corpus = vectorize_file(&args.input, view, &labels, false)
-        .with_context(|| format!("reading {}", args.input.display()))?;
+    let (fit_s, corpus) = match fitted_here {
+        Some(done) => done,
+        None => {
+            let fit_s = start.elapsed().as_secs_f64();
+            let corpus = vectorize_file(&args.input, view, &labels, false)
+                .with_context(|| format!("reading {}", args.input.display()))?;
+            (fit_s, corpus)
+        }
+    };
     let total_s = start.elapsed().as_secs_f64();
     data::write_xc_file(&corpus.dataset, &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;

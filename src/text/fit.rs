@@ -83,56 +83,99 @@ impl Hasher for FxHasher {
 /// A hash map keyed by the fast hash.
 pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
-#[derive(Clone, Copy, Debug)]
-struct DfEntry {
-    df: u32,
-    /// The last document counted, so a term repeated in a document counts once.
-    last: u32,
-}
-
-/// Document frequencies of the terms of some documents.
+/// Keys (terms or label names) numbered in the order they are first seen, with the number of
+/// documents that hold each.
+///
+/// The numbers are internal: the vocabulary's feature ids and the label ids are assigned later,
+/// by document frequency and bytes, so they do not depend on the order the keys were seen in.
 #[derive(Debug, Default)]
-pub(crate) struct DfCounter {
-    map: FxMap<Box<[u8]>, DfEntry>,
+pub(crate) struct Interner {
+    ids: FxMap<Box<[u8]>, u32>,
+    /// The document frequency of every key, by number.
+    df: Vec<u32>,
+    /// The last document counted for every key, so a key repeated in a document counts once.
+    last: Vec<u32>,
 }
 
-impl DfCounter {
-    /// Counts the terms of document `doc` (a number no other document of this counter has).
-    pub fn add(&mut self, cfg: &TextConfig, doc: u32, text: &str, tokens: &mut TokenScratch) {
-        let map = &mut self.map;
-        for_each_term(cfg, text, tokens, |term| match map.get_mut(term) {
-            Some(e) => {
-                if e.last != doc {
-                    e.df += 1;
-                    e.last = doc;
+impl Interner {
+    /// The number of distinct keys.
+    pub fn len(&self) -> usize {
+        self.df.len()
+    }
+
+    /// Counts `key` in document `doc` (a number no other document of this interner has) and
+    /// gives its number, and whether it is the first time `doc` holds it.
+    #[inline]
+    pub fn add(&mut self, key: &[u8], doc: u32) -> (u32, bool) {
+        match self.ids.get(key) {
+            Some(&id) => {
+                let i = id as usize;
+                match (self.last.get_mut(i), self.df.get_mut(i)) {
+                    (Some(last), Some(df)) if *last != doc => {
+                        *last = doc;
+                        *df += 1;
+                        (id, true)
+                    }
+                    _ => (id, false),
                 }
             }
             None => {
-                map.insert(term.into(), DfEntry { df: 1, last: doc });
+                let id = self.df.len() as u32;
+                self.ids.insert(key.into(), id);
+                self.df.push(1);
+                self.last.push(doc);
+                (id, true)
             }
-        });
-    }
-
-    /// Adds the counts of `other`, whose documents are not this counter's.
-    pub fn merge(&mut self, other: DfCounter) {
-        if self.map.len() < other.map.len() {
-            let mine = std::mem::replace(&mut self.map, other.map);
-            self.absorb(mine);
-        } else {
-            self.absorb(other.map);
         }
     }
 
-    fn absorb(&mut self, other: FxMap<Box<[u8]>, DfEntry>) {
-        for (term, e) in other {
-            self.map
-                .entry(term)
-                .and_modify(|m| m.df += e.df)
-                .or_insert(DfEntry {
-                    df: e.df,
-                    last: u32::MAX,
-                });
+    /// Counts every term of `text` as document `doc`, appending the terms' numbers, in text
+    /// order and with repetitions, to `out`.
+    pub fn add_text(
+        &mut self,
+        cfg: &TextConfig,
+        doc: u32,
+        text: &str,
+        tokens: &mut TokenScratch,
+        out: &mut Vec<u32>,
+    ) {
+        for_each_term(cfg, text, tokens, |term| out.push(self.add(term, doc).0));
+    }
+
+    /// Adds the keys and counts of `other`, whose documents are not this interner's, and gives
+    /// the number here of each of `other`'s numbers.
+    pub fn absorb(&mut self, other: Interner) -> Vec<u32> {
+        let mut renumber = vec![0u32; other.df.len()];
+        for (key, id) in other.ids {
+            let df = other.df.get(id as usize).copied().unwrap_or(0);
+            let here = match self.ids.get(&key) {
+                Some(&here) => {
+                    if let Some(d) = self.df.get_mut(here as usize) {
+                        *d += df;
+                    }
+                    here
+                }
+                None => {
+                    let here = self.df.len() as u32;
+                    self.ids.insert(key, here);
+                    self.df.push(df);
+                    self.last.push(u32::MAX);
+                    here
+                }
+            };
+            if let Some(r) = renumber.get_mut(id as usize) {
+                *r = here;
+            }
         }
+        renumber
+    }
+
+    /// Every key with its document frequency and its number.
+    pub fn into_counts(self) -> impl Iterator<Item = (Box<[u8]>, u32, u32)> {
+        let df = self.df;
+        self.ids
+            .into_iter()
+            .map(move |(key, id)| (key, df.get(id as usize).copied().unwrap_or(0), id))
     }
 }
 
@@ -149,19 +192,18 @@ pub struct Fitted {
 }
 
 impl Fitted {
-    /// Cuts the counted terms to the settings and builds the vocabulary.
+    /// Cuts the counted terms to the settings and builds the vocabulary. Also gives, for every
+    /// number of `terms`, its feature id, or `u32::MAX` for a term that was cut.
     pub(crate) fn from_counts(
-        counter: DfCounter,
+        terms: Interner,
         cfg: &TextConfig,
         documents: usize,
-    ) -> Result<Fitted, FitError> {
-        let terms_seen = counter.map.len();
+    ) -> Result<(Fitted, Vec<u32>), FitError> {
+        let terms_seen = terms.len();
         let max_df = f64::from(cfg.max_df) * documents as f64;
-        let mut kept: Vec<(Box<[u8]>, u32)> = counter
-            .map
-            .into_iter()
-            .filter(|(_, e)| e.df as usize >= cfg.min_df && f64::from(e.df) <= max_df)
-            .map(|(t, e)| (t, e.df))
+        let mut kept: Vec<(Box<[u8]>, u32, u32)> = terms
+            .into_counts()
+            .filter(|(_, df, _)| *df as usize >= cfg.min_df && f64::from(*df) <= max_df)
             .collect();
         kept.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         if cfg.max_features > 0 {
@@ -174,17 +216,23 @@ impl Fitted {
                 max_df: cfg.max_df,
             });
         }
-        if kept.len() > u32::MAX as usize {
+        if kept.len() >= u32::MAX as usize {
             return Err(FitError::TooMany("terms"));
         }
         let idf = kept
             .iter()
-            .map(|(_, df)| idf_weight(*df as usize, documents, cfg.smooth_idf))
+            .map(|(_, df, _)| idf_weight(*df as usize, documents, cfg.smooth_idf))
             .collect();
+        let mut feature_of = vec![u32::MAX; terms_seen];
+        for (feature, (_, _, number)) in kept.iter().enumerate() {
+            if let Some(f) = feature_of.get_mut(*number as usize) {
+                *f = feature as u32;
+            }
+        }
         let mut by_term: Vec<(&[u8], u64)> = kept
             .iter()
             .enumerate()
-            .map(|(id, (t, _))| (&t[..], id as u64))
+            .map(|(id, (t, _, _))| (&t[..], id as u64))
             .collect();
         by_term.sort_unstable();
         let mut builder = fst::MapBuilder::memory();
@@ -196,7 +244,7 @@ impl Fitted {
         let vocab = builder
             .into_inner()
             .map_err(|e| FitError::Fst(e.to_string()))?;
-        Ok(Fitted {
+        let fitted = Fitted {
             meta: TextMeta {
                 settings: cfg.clone(),
                 documents,
@@ -205,7 +253,8 @@ impl Fitted {
             },
             vocab,
             idf,
-        })
+        };
+        Ok((fitted, feature_of))
     }
 
     /// Fits a vocabulary on documents held in memory (for tests and small tools; files go
@@ -215,12 +264,13 @@ impl Fitted {
             return Err(FitError::NoDocuments("texts".into()));
         }
         let docs = u32::try_from(texts.len()).map_err(|_| FitError::TooMany("documents"))?;
-        let mut counter = DfCounter::default();
-        let mut tokens = TokenScratch::default();
+        let mut terms = Interner::default();
+        let (mut tokens, mut numbers) = (TokenScratch::default(), Vec::new());
         for (doc, text) in (0..docs).zip(texts) {
-            counter.add(cfg, doc, text.as_ref(), &mut tokens);
+            numbers.clear();
+            terms.add_text(cfg, doc, text.as_ref(), &mut tokens, &mut numbers);
         }
-        Fitted::from_counts(counter, cfg, texts.len())
+        Ok(Fitted::from_counts(terms, cfg, texts.len())?.0)
     }
 
     /// A view over copies of the vocabulary and the weights, as a bundle would hold them: the

@@ -1,11 +1,13 @@
 //! Text in: the tf-idf vectorizer that is fitted by the trainer, stored in the bundle and applied
 //! to every text query.
 //!
-//! One function turns text into a feature vector, [`TextView::vectorize`]. The trainer fits a
-//! vocabulary ([`fit`]), stores it, and then vectorizes every training document through a
-//! [`TextView`] over the very bytes it stores, so a document sent as a query gets exactly the row
-//! the model learned from: there is no second implementation that could drift (no training/serving
-//! skew).
+//! One function turns text into a feature vector, [`TextView::vectorize`]: the one tokenizer
+//! gives the terms, the vocabulary their feature ids, and [`TextView::weigh`] the tf-idf vector.
+//! The trainer reads its documents once: it tokenizes each by that same tokenizer while it fits
+//! the vocabulary ([`fit`]), keeps each document's terms, and once the vocabulary is cut, weighs
+//! each document's feature ids by `weigh` through a [`TextView`] over the very bytes it stores. So
+//! a document sent as a query gets exactly the row the model learned from: there is no second
+//! implementation that could drift (no training/serving skew).
 //!
 //! # Tokens and terms
 //!
@@ -365,11 +367,21 @@ impl TextView {
                 }
             }
         });
+        self.weigh(ids, idx, val);
+        stats
+    }
+
+    /// The second half of [`TextView::vectorize`]: the tf-idf vector of a text whose terms have
+    /// the feature ids `ids` (in any order, with repetitions, every id below the feature count).
+    /// The trainer, which finds its documents' feature ids while it fits the vocabulary, makes its
+    /// rows by this very code.
+    pub(crate) fn weigh(&self, ids: &mut [u32], idx: &mut Vec<u32>, val: &mut Vec<f32>) {
+        let settings = &self.meta.settings;
         ids.sort_unstable();
         idx.clear();
         val.clear();
         let idf: &[f32] = &self.idf;
-        let mut rest = ids.as_slice();
+        let mut rest: &[u32] = ids;
         while let Some(&id) = rest.first() {
             let run = rest.iter().take_while(|&&x| x == id).count();
             rest = rest.get(run..).unwrap_or(&[]);
@@ -380,6 +392,5 @@ impl TextView {
         if settings.l2 {
             crate::data::l2_normalize(val);
         }
-        stats
     }
 }
