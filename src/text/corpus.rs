@@ -357,7 +357,7 @@ pub struct TextTraining {
 ///
 /// The file is read and tokenized once. Each document's terms are kept under the fit's numbers;
 /// once the vocabulary is cut, they become feature ids (the ids the stored vocabulary gives those
-/// terms), and [`TextView::weigh`] of a view over the stored bytes makes each row, as it does for
+/// terms), and `TextView::weigh` of a view over the stored bytes makes each row, as it does for
 /// every query.
 pub fn fit_and_vectorize(path: &Path, cfg: &TextConfig) -> Result<TextTraining, FitError> {
     let start = Instant::now();

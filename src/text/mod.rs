@@ -2,7 +2,7 @@
 //! to every text query.
 //!
 //! One function turns text into a feature vector, [`TextView::vectorize`]: the one tokenizer
-//! gives the terms, the vocabulary their feature ids, and [`TextView::weigh`] the tf-idf vector.
+//! gives the terms, the vocabulary their feature ids, and `TextView::weigh` the tf-idf vector.
 //! The trainer reads its documents once: it tokenizes each by that same tokenizer while it fits
 //! the vocabulary ([`fit`]), keeps each document's terms, and once the vocabulary is cut, weighs
 //! each document's feature ids by `weigh` through a [`TextView`] over the very bytes it stores. So
