@@ -95,3 +95,55 @@ fn warm_predictions_do_not_allocate() {
         }
     }
 }
+
+#[test]
+fn warm_text_queries_do_not_allocate() {
+    // The shipped text model, queried as the server queries it: vectorize with the bundle's own
+    // vectorizer, then predict, both from warm scratch space.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = Model::open(
+        &root.join("models/default.xmcb"),
+        &xmc::bundle::OpenOptions::default(),
+    )
+    .unwrap();
+    let view = model.text().expect("the default model speaks text");
+    let file = std::fs::File::open(root.join("tests/data/debian-tags-text/test.jsonl.gz")).unwrap();
+    let texts: Vec<String> =
+        std::io::BufRead::lines(std::io::BufReader::new(flate2::read::GzDecoder::new(file)))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+                v["text"].as_str().unwrap().to_string()
+            })
+            .collect();
+    assert!(texts.len() > 100);
+    assert!(
+        texts.iter().any(|t| !t.is_ascii()),
+        "the sample has non-ASCII text"
+    );
+    let opts = PredictOptions {
+        k: 5,
+        ..PredictOptions::default()
+    };
+    let (mut text_scratch, mut idx, mut val) = (xmc::text::TextScratch::default(), vec![], vec![]);
+    let mut scratch = Scratch::default();
+    let mut out = Prediction::default();
+    let mut run = |texts: &[String]| {
+        let mut known = 0;
+        for t in texts {
+            known += view
+                .vectorize(t, &mut text_scratch, &mut idx, &mut val)
+                .known_terms;
+            model
+                .predict_into(&idx, &val, &opts, &mut scratch, &mut out)
+                .unwrap();
+        }
+        known
+    };
+    let warm = run(&texts);
+    let before = allocs();
+    let again = run(&texts);
+    assert_eq!(allocs() - before, 0, "allocations in steady state");
+    assert_eq!(warm, again);
+    assert!(again > 0);
+    assert_eq!(out.labels.len(), 5);
+}
