@@ -437,7 +437,7 @@ fn resolve_lambda_prime(mut layer: Layer) -> Result<Layer, ConfigError> {
     let Some(value) = layers::remove(&mut layer.dict, LAMBDA_PRIME) else {
         return Ok(layer);
     };
-    let lp = value.to_f64().ok_or_else(|| {
+    let lp = value.deserialize::<f64>().map_err(|_| {
         bad(
             LAMBDA_PRIME,
             format!("expected a number, found {value:?} (in {})", layer.source),

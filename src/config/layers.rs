@@ -233,7 +233,10 @@ pub fn extract<T: Serialize + DeserializeOwned>(
         let mut path = e.path.clone();
         let unknown = match &e.kind {
             figment::error::Kind::UnknownField(field, _) => {
-                path.push(field.clone());
+                // The path may or may not already end with the field.
+                if path.last() != Some(field) {
+                    path.push(field.clone());
+                }
                 true
             }
             _ => false,
@@ -265,7 +268,10 @@ mod tests {
         insert(&mut defaults, "name", Value::from("x".to_string()));
         let layer = |key: &str, raw: &str| Layer::from_text("t".into(), key, raw, &defaults);
         let v = layer("a.n", "7").unwrap();
-        assert_eq!(get(&v.dict, "a.n").and_then(Value::to_u128), Some(7));
+        assert_eq!(
+            get(&v.dict, "a.n").and_then(|v| v.deserialize::<u64>().ok()),
+            Some(7)
+        );
         let v = layer("a.on", "on").unwrap();
         assert_eq!(get(&v.dict, "a.on").and_then(Value::to_bool), Some(true));
         let err = layer("a.on", "yes").unwrap_err();
