@@ -1,16 +1,20 @@
-//! Layered configuration shared by the CLI, the trainer and (later) the server.
-//!
-//! Training settings come from compiled-in defaults ([`TrainConfig::DEFAULT`]), then the `[train]`
-//! table of a TOML file, then `--set key=value` overrides. Keys are the dotted names of the design's
-//! CLI contract (`trees`, `max_leaf`, `solver.c`, ...). An unknown key or a bad value is an error
-//! that names the key, so a typo never silently trains a different model.
+//! Training settings, in layers: compiled-in defaults ([`TrainConfig::DEFAULT`]), then the
+//! `[train]` table of a TOML file, then `XMC_TRAIN_*` environment variables, then `--set
+//! key=value` overrides. The layering itself ([`layers`]) is shared with the server's settings.
+//! Keys are the dotted names of the fields (`trees`, `max_leaf`, `solver.c`, `text.min_df`, ...),
+//! and the flat names of [`ALIASES`] for the DEFRAG fields. An unknown key or a bad value is an
+//! error that names the key and where it was given, so a typo never silently trains a different
+//! model.
 
-use crate::defrag::{DefragKind, DefragParams};
-use crate::linear::{Loss, Method, SolverParams};
+pub mod layers;
+
+use crate::defrag::DefragParams;
+use crate::linear::SolverParams;
 use crate::text::TextConfig;
 use crate::tree::FreqKind;
+use figment::value::Dict;
+use layers::{Layer, Refusal};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::Path;
 use thiserror::Error;
 
@@ -34,14 +38,16 @@ pub enum ConfigError {
         message: String,
     },
     /// A key is not known.
-    #[error("unknown config key `{key}` (known keys: {known})")]
+    #[error("unknown config key `{key}` in {source_name} (known keys: {known})")]
     UnknownKey {
         /// The key.
         key: String,
+        /// Where it was given (a file, an environment variable, a `--set`).
+        source_name: String,
         /// The keys that are known.
         known: String,
     },
-    /// A value has the wrong type or is out of range.
+    /// A value has the wrong type or is out of range. The message says where it was given.
     #[error("config key `{key}`: {message}")]
     BadValue {
         /// The key.
@@ -67,12 +73,6 @@ pub enum WeightFormat {
     Bf16,
 }
 
-impl WeightFormat {
-    fn is_f32(&self) -> bool {
-        *self == WeightFormat::F32
-    }
-}
-
 /// Which model family to train.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,8 +83,16 @@ pub enum ModelKind {
     Flat,
 }
 
-/// Everything that determines a trained model.
+/// Everything that determines a trained model: the settings of `xmc train`, and the record of
+/// them in a bundle's metadata.
+///
+/// A new setting is one field here (or in one of the nested structs): a doc comment, a value in
+/// [`TrainConfig::DEFAULT`], and `#[serde(default)]` so that older bundles still read (with
+/// `skip_serializing_if = "crate::config::layers::omit_default"` where bundles that do not use
+/// it must keep their bytes). Its key is the field's name (`solver.NAME` inside `solver`, and so
+/// on); a field of `defrag` also needs its flat name in [`ALIASES`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// The model's name, recorded in the bundle.
     pub name: String,
@@ -143,11 +151,11 @@ pub struct TrainConfig {
     pub defrag: DefragParams,
     /// How the bundle stores the trees' entry weights. Left out of the metadata when `f32`, so
     /// bundles that do not use it are unchanged.
-    #[serde(default, skip_serializing_if = "WeightFormat::is_f32")]
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
     pub weights: WeightFormat,
     /// The text vectorizer's settings (`[train.text]`, `text.*` keys), used when training from
     /// JSON Lines. Left out of the metadata when default, so other bundles are unchanged.
-    #[serde(default, skip_serializing_if = "TextConfig::is_default")]
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
     pub text: TextConfig,
 }
 
@@ -179,195 +187,67 @@ impl TrainConfig {
         text: TextConfig::DEFAULT,
     };
 
-    /// The keys `set` accepts, for error messages and docs.
-    pub const KEYS: &'static [&'static str] = &[
-        "name",
-        "model",
-        "trees",
-        "max_leaf",
-        "branching",
-        "normalize",
-        "beam",
-        "lambda",
-        "lambda_prime",
-        "gamma",
-        "freq",
-        "bp",
-        "bp_lambda",
-        "bp_q",
-        "bp_q_max",
-        "bp_folds",
-        "bp_tolerance",
-        "block_model",
-        "seed",
-        "threads",
-        "solver.l1",
-        "solver.c",
-        "solver.loss",
-        "solver.prune",
-        "solver.tol",
-        "solver.kappa",
-        "solver.max_iter",
-        "solver.search_eps",
-        "solver.method",
-        "defrag",
-        "d0",
-        "defrag_points",
-        "defrag_labels",
-        "defrag_average",
-        "fiat",
-        "refrag",
-        "refrag_alpha",
-        "refrag_gamma",
-        "refrag_candidates",
-        "weights",
-        "text.*",
-    ];
-
-    /// Loads the defaults, then the `[train]` table of `path` (if given), then `overrides`
-    /// (`key=value` strings, the value written as in TOML or as a bare word).
+    /// Loads the defaults, then the `[train]` table of `path` (if given), then the process's
+    /// `XMC_TRAIN_*` environment variables, then `overrides` (`key=value` strings, the value
+    /// written as in TOML or as a bare word), and validates the result.
     pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
-        let mut cfg = Self::DEFAULT.clone();
+        let env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .collect();
+        Self::load_with_env(path, &env, overrides)
+    }
+
+    /// [`TrainConfig::load`] with the environment given: pairs of variable and value. A
+    /// variable `XMC_TRAIN_KEY` sets `key` (lower case, `__` for a dot: `XMC_TRAIN_SOLVER__C`);
+    /// other variables are ignored.
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: &[(String, String)],
+        overrides: &[String],
+    ) -> Result<Self, ConfigError> {
+        let defaults = layers::full_dict(&Self::DEFAULT);
+        let mut stack = Vec::new();
         if let Some(path) = path {
-            let name = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-                path: name.clone(),
-                source,
-            })?;
-            let table: toml::Table =
-                text.parse()
-                    .map_err(|e: toml::de::Error| ConfigError::Toml {
-                        path: name.clone(),
-                        message: e.to_string(),
-                    })?;
-            for key in table.keys() {
-                if key != "train" && key != "serve" {
-                    return Err(ConfigError::UnknownKey {
-                        key: key.clone(),
-                        known: "[train], [serve]".into(),
-                    });
-                }
+            if let Some(layer) = file_layer(path, &defaults)? {
+                stack.push(layer);
             }
-            if let Some(train) = table.get("train") {
-                let mut flat = BTreeMap::new();
-                flatten("", train, &mut flat);
-                for (key, value) in flat {
-                    cfg.set(&key, &value)?;
-                }
+        }
+        for (var, raw) in env {
+            if let Some(key) = var.strip_prefix(ENV_PREFIX) {
+                let key = key.to_ascii_lowercase().replace("__", ".");
+                let source = format!("environment variable {var}");
+                stack.push(text_layer(source, &key, raw, &defaults)?);
             }
         }
         for o in overrides {
             let (key, raw) = o
                 .split_once('=')
                 .ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
-            cfg.set(key.trim(), &parse_override(raw.trim()))?;
+            let source = format!("--set {o}");
+            stack.push(text_layer(source, key.trim(), raw.trim(), &defaults)?);
         }
+        let cfg = layers::extract(&Self::DEFAULT, &stack).map_err(refused)?;
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Sets one dotted key.
-    pub fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ConfigError> {
-        let s = &mut self.solver;
-        match key {
-            "name" => self.name = as_str(key, value)?.to_string(),
-            "model" => self.model = as_model_kind(key, value)?,
-            "trees" => self.trees = as_usize(key, value)?,
-            "max_leaf" => self.max_leaf = as_usize(key, value)?,
-            "branching" => self.branching = as_usize(key, value)?,
-            "normalize" => self.normalize = as_bool(key, value)?,
-            "beam" => self.beam = as_usize(key, value)?,
-            "lambda" => self.lambda = as_f32(key, value)?,
-            "lambda_prime" => {
-                let lp = f64::from(as_f32(key, value)?);
-                if lp.is_nan() || lp < 0.0 {
-                    return Err(bad(
-                        key,
-                        format!("must be a number >= 0 (or inf), got {lp}"),
-                    ));
-                }
-                self.lambda = lambda_from_prime(lp) as f32;
-            }
-            "gamma" => self.gamma = as_f32(key, value)?,
-            "freq" => {
-                self.freq = match as_str(key, value)? {
-                    "marginal" => FreqKind::Marginal,
-                    "greedy" => FreqKind::Greedy,
-                    other => {
-                        return Err(bad(key, format!("`{other}` is not `marginal` or `greedy`")));
-                    }
-                }
-            }
-            "bp" => self.bp = as_bool(key, value)?,
-            "bp_lambda" => self.bp_lambda = as_f32(key, value)?,
-            "bp_q" => self.bp_q = as_usize(key, value)?,
-            "bp_q_max" => self.bp_q_max = as_usize(key, value)?,
-            "bp_folds" => self.bp_folds = as_usize(key, value)?,
-            "bp_tolerance" => self.bp_tolerance = as_f32(key, value)?,
-            "block_model" => self.block_model = as_model_kind(key, value)?,
-            "seed" => self.seed = as_usize(key, value)? as u64,
-            "threads" => self.threads = as_usize(key, value)?,
-            "defrag" => {
-                let v = as_str(key, value)?;
-                self.defrag.kind = DefragKind::parse(v)
-                    .ok_or_else(|| bad(key, format!("`{v}` is not off, x, xy or n")))?;
-            }
-            "d0" => self.defrag.d0 = as_usize(key, value)?,
-            "defrag_points" => self.defrag.points_frac = as_f32(key, value)?,
-            "defrag_labels" => self.defrag.labels_frac = as_f32(key, value)?,
-            "defrag_average" => self.defrag.average = as_bool(key, value)?,
-            "fiat" => self.defrag.fiat = as_bool(key, value)?,
-            "refrag" => self.defrag.refrag = as_bool(key, value)?,
-            "refrag_alpha" => self.defrag.alpha = as_f32(key, value)?,
-            "refrag_gamma" => self.defrag.gamma_r = as_f32(key, value)?,
-            "refrag_candidates" => self.defrag.candidates = as_usize(key, value)?,
-            "weights" => {
-                self.weights = match as_str(key, value)? {
-                    "f32" => WeightFormat::F32,
-                    "bf16" => WeightFormat::Bf16,
-                    other => return Err(bad(key, format!("`{other}` is not `f32` or `bf16`"))),
-                }
-            }
-            k if k.starts_with("text.") => self.text.set(&k["text.".len()..], value)?,
-            "solver.l1" => s.l1 = as_f32(key, value)?,
-            "solver.c" => s.c = as_f32(key, value)?,
-            "solver.prune" => s.prune = as_f32(key, value)?,
-            "solver.tol" => s.tol = as_f32(key, value)?,
-            "solver.kappa" => s.kappa = as_usize(key, value)?,
-            "solver.max_iter" => s.max_iter = as_usize(key, value)?,
-            "solver.search_eps" => s.search_eps = as_f32(key, value)?,
-            "solver.method" => {
-                s.method = match as_str(key, value)? {
-                    "ppdsparse" => Method::PpdSparse,
-                    "reference" => Method::Reference,
-                    other => {
-                        return Err(bad(
-                            key,
-                            format!("`{other}` is not `ppdsparse` or `reference`"),
-                        ));
-                    }
-                }
-            }
-            "solver.loss" => {
-                s.loss = match as_str(key, value)? {
-                    "squared_hinge" | "sqhinge" => Loss::SquaredHinge,
-                    "hinge" => Loss::Hinge,
-                    "logistic" | "log" => Loss::Logistic,
-                    other => {
-                        return Err(bad(
-                            key,
-                            format!("`{other}` is not squared_hinge, hinge or logistic"),
-                        ));
-                    }
-                }
-            }
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    key: key.to_string(),
-                    known: Self::KEYS.join(", "),
-                });
-            }
-        }
+    /// Every key of the `[train]` table, `--set` and `XMC_TRAIN_*`, derived from the struct:
+    /// each field's dotted path (the flat names of [`ALIASES`] in place of theirs), without
+    /// [`HIDDEN`], with `lambda_prime`.
+    pub fn keys() -> Vec<String> {
+        let mut keys: Vec<String> = layers::leaf_keys(&layers::full_dict(&Self::DEFAULT))
+            .into_iter()
+            .filter(|k| !HIDDEN.contains(&k.as_str()))
+            .map(|k| user_key(&k))
+            .chain([LAMBDA_PRIME.to_string()])
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Sets λ from λ' (the key `lambda_prime`): λ = 2λ'/(1 + λ'), for λ' ≥ 0 or infinite.
+    pub fn set_lambda_prime(&mut self, lambda_prime: f64) -> Result<(), ConfigError> {
+        self.lambda = lambda_from_prime_checked(lambda_prime)? as f32;
         Ok(())
     }
 
@@ -445,6 +325,147 @@ pub fn lambda_from_prime(lambda_prime: f64) -> f64 {
     }
 }
 
+fn lambda_from_prime_checked(lp: f64) -> Result<f64, ConfigError> {
+    if lp.is_nan() || lp < 0.0 {
+        return Err(bad(
+            LAMBDA_PRIME,
+            format!("must be a number >= 0 (or inf), got {lp}"),
+        ));
+    }
+    Ok(lambda_from_prime(lp))
+}
+
+/// The prefix of the environment variables of train settings.
+pub const ENV_PREFIX: &str = "XMC_TRAIN_";
+
+/// The key that sets `lambda` from λ' (it has no field of its own).
+const LAMBDA_PRIME: &str = "lambda_prime";
+
+/// Flat keys of fields that live in a nested struct: (key, the field's dotted path).
+pub const ALIASES: &[(&str, &str)] = &[
+    ("defrag", "defrag.kind"),
+    ("d0", "defrag.d0"),
+    ("defrag_points", "defrag.points_frac"),
+    ("defrag_labels", "defrag.labels_frac"),
+    ("defrag_average", "defrag.average"),
+    ("fiat", "defrag.fiat"),
+    ("refrag", "defrag.refrag"),
+    ("refrag_alpha", "defrag.alpha"),
+    ("refrag_gamma", "defrag.gamma_r"),
+    ("refrag_candidates", "defrag.candidates"),
+];
+
+/// Fields that are recorded in a bundle but are not settings: the solver's seed derives from
+/// `seed`.
+pub const HIDDEN: &[&str] = &["solver.seed"];
+
+/// The key a user writes for the field at dotted `path`.
+fn user_key(path: &str) -> String {
+    ALIASES
+        .iter()
+        .find(|(_, p)| *p == path)
+        .map_or_else(|| path.to_string(), |(k, _)| k.to_string())
+}
+
+/// The `[train]` table of the file at `path` as a layer (`None` without one); any other
+/// top-level table than `[train]` and `[serve]` is refused.
+fn file_layer(path: &Path, defaults: &Dict) -> Result<Option<Layer>, ConfigError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: name.clone(),
+        source,
+    })?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Toml {
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
+    if let Some(key) = table.keys().find(|k| *k != "train" && *k != "serve") {
+        return Err(ConfigError::UnknownKey {
+            key: key.clone(),
+            source_name: format!("file {name}"),
+            known: "[train], [serve]".into(),
+        });
+    }
+    let Some(train) = table.get("train") else {
+        return Ok(None);
+    };
+    let source = format!("file {name}");
+    let mut train = train.clone();
+    if let toml::Value::Table(t) = &mut train {
+        rename_aliases(t);
+    }
+    let layer = Layer::from_toml(source, &train, defaults).map_err(refused)?;
+    resolve_lambda_prime(layer).map(Some)
+}
+
+/// One `key=value` (from `--set` or the environment) as a layer.
+fn text_layer(source: String, key: &str, raw: &str, defaults: &Dict) -> Result<Layer, ConfigError> {
+    let path = ALIASES
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or(key, |(_, p)| *p);
+    let layer = Layer::from_text(source, path, raw, defaults).map_err(refused)?;
+    resolve_lambda_prime(layer)
+}
+
+/// Moves the flat keys of [`ALIASES`] of a file's table to their fields' places.
+fn rename_aliases(table: &mut toml::Table) {
+    for (key, path) in ALIASES {
+        if table.get(*key).is_some_and(|v| !v.is_table()) {
+            if let (Some(value), Some((head, field))) = (table.remove(*key), path.split_once('.')) {
+                let sub = table
+                    .entry(head)
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                if let toml::Value::Table(sub) = sub {
+                    sub.insert(field.to_string(), value);
+                }
+            }
+        }
+    }
+}
+
+/// Refuses a layer's [`HIDDEN`] keys, and replaces its `lambda_prime` by the `lambda` it gives.
+fn resolve_lambda_prime(mut layer: Layer) -> Result<Layer, ConfigError> {
+    if let Some(key) = HIDDEN
+        .iter()
+        .find(|k| layers::get(&layer.dict, k).is_some())
+    {
+        return Err(unknown(key.to_string(), layer.source));
+    }
+    let Some(value) = layers::remove(&mut layer.dict, LAMBDA_PRIME) else {
+        return Ok(layer);
+    };
+    let lp = value.deserialize::<f64>().map_err(|_| {
+        bad(
+            LAMBDA_PRIME,
+            format!("expected a number, found {value:?} (in {})", layer.source),
+        )
+    })?;
+    let lambda = lambda_from_prime_checked(lp)?;
+    layers::insert(&mut layer.dict, "lambda", lambda.into());
+    Ok(layer)
+}
+
+fn unknown(key: String, source_name: String) -> ConfigError {
+    ConfigError::UnknownKey {
+        key,
+        source_name,
+        known: TrainConfig::keys().join(", "),
+    }
+}
+
+/// A refusal of the layering as a [`ConfigError`] naming the key as a user writes it.
+fn refused(r: Refusal) -> ConfigError {
+    let key = user_key(&r.key);
+    if r.unknown {
+        unknown(key, r.source)
+    } else {
+        bad(&key, format!("{} (in {})", r.message, r.source))
+    }
+}
+
 fn default_gamma() -> f32 {
     TrainConfig::DEFAULT.gamma
 }
@@ -472,76 +493,10 @@ fn bad(key: &str, message: String) -> ConfigError {
     }
 }
 
-fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, toml::Value>) {
-    match value {
-        toml::Value::Table(t) => {
-            for (k, v) in t {
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&key, v, out);
-            }
-        }
-        other => {
-            out.insert(prefix.to_string(), other.clone());
-        }
-    }
-}
-
-/// Reads a `--set` value as TOML (numbers, booleans, quoted strings), or else as a bare string.
-fn parse_override(raw: &str) -> toml::Value {
-    format!("v = {raw}")
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
-}
-
-fn as_str<'a>(key: &str, v: &'a toml::Value) -> Result<&'a str, ConfigError> {
-    v.as_str()
-        .ok_or_else(|| bad(key, format!("expected a string, found `{v}`")))
-}
-
-fn as_model_kind(key: &str, v: &toml::Value) -> Result<ModelKind, ConfigError> {
-    match as_str(key, v)? {
-        "tree" => Ok(ModelKind::Tree),
-        "flat" => Ok(ModelKind::Flat),
-        other => Err(bad(key, format!("`{other}` is not `tree` or `flat`"))),
-    }
-}
-
-fn as_bool(key: &str, v: &toml::Value) -> Result<bool, ConfigError> {
-    match v {
-        toml::Value::Boolean(b) => Ok(*b),
-        toml::Value::String(s) if s == "on" => Ok(true),
-        toml::Value::String(s) if s == "off" => Ok(false),
-        _ => Err(bad(
-            key,
-            format!("expected true/false or on/off, found `{v}`"),
-        )),
-    }
-}
-
-fn as_usize(key: &str, v: &toml::Value) -> Result<usize, ConfigError> {
-    v.as_integer()
-        .and_then(|i| usize::try_from(i).ok())
-        .ok_or_else(|| bad(key, format!("expected a non-negative integer, found `{v}`")))
-}
-
-fn as_f32(key: &str, v: &toml::Value) -> Result<f32, ConfigError> {
-    let x = match v {
-        toml::Value::Float(f) => *f,
-        toml::Value::Integer(i) => *i as f64,
-        _ => return Err(bad(key, format!("expected a number, found `{v}`"))),
-    };
-    Ok(x as f32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear::Loss;
 
     #[test]
     fn overrides_apply_in_order_and_name_bad_keys() {

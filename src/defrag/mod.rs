@@ -52,9 +52,10 @@ impl DefragKind {
     }
 }
 
-/// Every DEFRAG, FIAT and REFRAG setting of a model.
+/// Every DEFRAG, FIAT and REFRAG setting of a model. The train keys are flat names
+/// (`crate::config::ALIASES`: `d0`, `defrag_points`, ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DefragParams {
     /// The representation clustered, or off.
     pub kind: DefragKind,

@@ -48,10 +48,12 @@ use thiserror::Error;
 #[serde(rename_all = "snake_case")]
 pub enum Loss {
     /// max(0, 1 − z)², the default (Parabel's and PPDSparse's).
+    #[serde(alias = "sqhinge")]
     SquaredHinge,
     /// max(0, 1 − z).
     Hinge,
     /// ln(1 + e^(−z)).
+    #[serde(alias = "log")]
     Logistic,
 }
 
@@ -66,8 +68,9 @@ pub enum Method {
     Reference,
 }
 
-/// The solver's hyper-parameters.
+/// The solver's hyper-parameters (the `solver.*` train settings, [`crate::config`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SolverParams {
     /// λ, the weight of ‖w‖₁ (the bias excluded).
     pub l1: f32,

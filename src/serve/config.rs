@@ -1,7 +1,10 @@
 //! Server configuration in layers: compiled-in defaults, then the `[serve]` table of a TOML file,
-//! then `XMC_*` environment variables, then command-line flags. Every error names its key.
+//! then `XMC_<KEY>` environment variables, then command-line flags, merged by the layering that
+//! train settings use too ([`crate::config::layers`]). Every error names its key.
 
-use std::collections::BTreeMap;
+use crate::config::layers::{self, Layer, Refusal};
+use figment::value::Dict;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -17,10 +20,12 @@ pub enum ServeConfigError {
         message: String,
     },
     /// A key is unknown.
-    #[error("unknown server setting `{key}` (known: {known})")]
+    #[error("unknown server setting `{key}` in {source_name} (known: {known})")]
     UnknownKey {
         /// The key as written.
         key: String,
+        /// Where it was given.
+        source_name: String,
         /// The known keys.
         known: String,
     },
@@ -37,7 +42,8 @@ pub enum ServeConfigError {
 }
 
 /// How logs are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// Human-readable lines.
     Text,
@@ -46,7 +52,8 @@ pub enum LogFormat {
 }
 
 /// Where a single prediction (`POST /v1/predict`) runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SinglePredict {
     /// On the async worker that parsed the request, with a thread-local scratch.
     Inline,
@@ -55,7 +62,8 @@ pub enum SinglePredict {
 }
 
 /// How the API's connections are spread over threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Runtime {
     /// One multi-threaded tokio runtime, one worker per core, sharing work by stealing.
     Shared,
@@ -66,7 +74,8 @@ pub enum Runtime {
 }
 
 /// What a model load checks before the model is published.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LoadChecks {
     /// Every section's checksum and the model's structure (lengths, offsets, tree topology,
     /// label ids, the sizes of the feature indexes): the file is byte for byte what its writer
@@ -79,11 +88,16 @@ pub enum LoadChecks {
 }
 
 /// Everything `xmc serve` can be told.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// A new setting is one field here: a doc comment and a value in [`ServeConfig::defaults`]. Its
+/// key is the field's name, and its environment variable `XMC_` + the name in upper case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServeConfig {
     /// The address the API listens on.
     pub bind: String,
-    /// A separate address for `/metrics`; `None` serves it on the API port.
+    /// A separate address for `/metrics`; `None` (or empty text) serves it on the API port.
+    #[serde(deserialize_with = "text_or_none")]
     pub metrics_bind: Option<String>,
     /// The model bundle (a file or a symlink to one).
     pub model: PathBuf,
@@ -114,7 +128,8 @@ pub struct ServeConfig {
     /// connection, or a client too slow to finish its headers), in milliseconds (0: never).
     /// More than `request_timeout_ms`, so no request in progress is cut off.
     pub idle_timeout_ms: u64,
-    /// The bearer token of the admin routes; without one they are off.
+    /// The bearer token of the admin routes; without one (or with empty text) they are off.
+    #[serde(deserialize_with = "text_or_none")]
     pub admin_token: Option<String>,
     /// Log format.
     pub log_format: LogFormat,
@@ -162,76 +177,38 @@ impl ServeConfig {
         }
     }
 
-    /// The keys, as in the TOML `[serve]` table; the environment variable of `key` is
-    /// `XMC_` + `key` in upper case.
-    pub const KEYS: &'static [&'static str] = &[
-        "bind",
-        "metrics_bind",
-        "model",
-        "poll_interval_ms",
-        "pool_threads",
-        "single_predict",
-        "runtime",
-        "body_limit_bytes",
-        "max_batch",
-        "max_k",
-        "default_k",
-        "beam",
-        "request_timeout_ms",
-        "shutdown_timeout_ms",
-        "idle_timeout_ms",
-        "admin_token",
-        "log_format",
-        "load_nice",
-        "load_idle",
-        "load_checks",
-        "heap_trim_mib",
-    ];
+    /// The keys, as in the TOML `[serve]` table, derived from the struct; the environment
+    /// variable of `key` is `XMC_` + `key` in upper case.
+    pub fn keys() -> Vec<String> {
+        layers::leaf_keys(&layers::full_dict(&Self::defaults()))
+    }
 
     /// Defaults, then `file`'s `[serve]` table, then the environment `env` (pairs of
-    /// `XMC_KEY`, value), then `flags` (pairs of key, value).
+    /// `XMC_KEY`, value; variables that name no key are left to other tools), then `flags`
+    /// (pairs of key, value).
     pub fn load(
         file: Option<&Path>,
         env: &[(String, String)],
         flags: &[(&str, String)],
     ) -> Result<Self, ServeConfigError> {
-        let mut cfg = Self::defaults();
+        let defaults = Self::defaults();
+        let dict = layers::full_dict(&defaults);
+        let mut stack = Vec::new();
         if let Some(path) = file {
-            let name = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| ServeConfigError::File {
-                path: name.clone(),
-                message: e.to_string(),
-            })?;
-            let table: toml::Table =
-                text.parse()
-                    .map_err(|e: toml::de::Error| ServeConfigError::File {
-                        path: name.clone(),
-                        message: e.to_string(),
-                    })?;
-            if let Some(serve) = table.get("serve") {
-                let serve = serve.as_table().ok_or_else(|| ServeConfigError::File {
-                    path: name.clone(),
-                    message: "`serve` must be a table".into(),
-                })?;
-                let values: BTreeMap<&String, &toml::Value> = serve.iter().collect();
-                for (key, value) in values {
-                    let text = match value {
-                        toml::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    cfg.set(key, &text, &name)?;
-                }
-            }
+            stack.extend(file_layer(path, &dict)?);
         }
         for (var, value) in env {
-            if let Some(key) = var.strip_prefix("XMC_") {
-                let key = key.to_ascii_lowercase();
-                cfg.set(&key, value, var)?;
+            let Some(key) = var.strip_prefix("XMC_").map(str::to_ascii_lowercase) else {
+                continue;
+            };
+            if dict.contains_key(&key) {
+                stack.push(Layer::from_text(var.clone(), &key, value, &dict).map_err(refused)?);
             }
         }
         for (key, value) in flags {
-            cfg.set(key, value, "command line")?;
+            stack.push(text_layer(key, value, "command line", &dict)?);
         }
+        let cfg = layers::extract(&defaults, &stack).map_err(refused)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -241,93 +218,10 @@ impl ServeConfig {
         (self.idle_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.idle_timeout_ms))
     }
 
-    /// Sets one key from its text.
+    /// Sets one key from its text, as a flag would (no validation of the whole).
     pub fn set(&mut self, key: &str, value: &str, source: &str) -> Result<(), ServeConfigError> {
-        let bad = |m: String| ServeConfigError::BadValue {
-            key: key.to_string(),
-            source_name: source.to_string(),
-            message: m,
-        };
-        let num = |v: &str| -> Result<u64, ServeConfigError> {
-            v.trim()
-                .parse::<u64>()
-                .map_err(|_| bad(format!("`{v}` is not a non-negative integer")))
-        };
-        match key {
-            "bind" => self.bind = value.to_string(),
-            "metrics_bind" => {
-                self.metrics_bind = (!value.is_empty()).then(|| value.to_string());
-            }
-            "model" => self.model = PathBuf::from(value),
-            "poll_interval_ms" => self.poll_interval_ms = num(value)?,
-            "pool_threads" => self.pool_threads = num(value)? as usize,
-            "body_limit_bytes" => self.body_limit_bytes = num(value)? as usize,
-            "max_batch" => self.max_batch = num(value)? as usize,
-            "max_k" => self.max_k = num(value)? as usize,
-            "default_k" => self.default_k = num(value)? as usize,
-            "beam" => self.beam = Some(num(value)? as usize),
-            "request_timeout_ms" => self.request_timeout_ms = num(value)?,
-            "shutdown_timeout_ms" => self.shutdown_timeout_ms = num(value)?,
-            "idle_timeout_ms" => self.idle_timeout_ms = num(value)?,
-            "heap_trim_mib" => match num(value)? {
-                n @ 0..=1_048_576 => self.heap_trim_mib = n,
-                n => return Err(bad(format!("`{n}` MiB is more than 1 TiB"))),
-            },
-            "admin_token" => self.admin_token = (!value.is_empty()).then(|| value.to_string()),
-            "load_nice" => match num(value)? {
-                n @ 0..=19 => self.load_nice = n as i32,
-                n => return Err(bad(format!("`{n}` is not a nice value from 0 to 19"))),
-            },
-            "load_idle" => {
-                self.load_idle = match value {
-                    "true" => true,
-                    "false" => false,
-                    other => return Err(bad(format!("`{other}` is not `true` or `false`"))),
-                }
-            }
-            "load_checks" => {
-                self.load_checks = match value {
-                    "checksums" => LoadChecks::Checksums,
-                    "full" => LoadChecks::Full,
-                    other => return Err(bad(format!("`{other}` is not `checksums` or `full`"))),
-                }
-            }
-            "single_predict" => {
-                self.single_predict = match value {
-                    "inline" => SinglePredict::Inline,
-                    "pool" => SinglePredict::Pool,
-                    other => return Err(bad(format!("`{other}` is not `inline` or `pool`"))),
-                }
-            }
-            "runtime" => {
-                self.runtime = match value {
-                    "shared" => Runtime::Shared,
-                    "per_core" if cfg!(unix) => Runtime::PerCore,
-                    "per_core" => {
-                        return Err(bad("`per_core` needs SO_REUSEPORT (Unix)".to_string()));
-                    }
-                    other => return Err(bad(format!("`{other}` is not `shared` or `per_core`"))),
-                }
-            }
-            "log_format" => {
-                self.log_format = match value {
-                    "text" => LogFormat::Text,
-                    "json" => LogFormat::Json,
-                    other => return Err(bad(format!("`{other}` is not `text` or `json`"))),
-                }
-            }
-            _ => {
-                // Environment variables of other tools may share the prefix; only keys given
-                // in a file or on the command line must be known.
-                if source.starts_with("XMC_") {
-                    return Ok(());
-                }
-                return Err(ServeConfigError::UnknownKey {
-                    key: key.to_string(),
-                    known: Self::KEYS.join(", "),
-                });
-            }
-        }
+        let layer = text_layer(key, value, source, &layers::full_dict(self))?;
+        *self = layers::extract(self, &[layer]).map_err(refused)?;
         Ok(())
     }
 
@@ -359,6 +253,20 @@ impl ServeConfig {
         if self.beam == Some(0) {
             return bad("beam", "must be at least 1");
         }
+        if !(0..=19).contains(&self.load_nice) {
+            let n = self.load_nice;
+            return bad(
+                "load_nice",
+                &format!("`{n}` is not a nice value from 0 to 19"),
+            );
+        }
+        if self.heap_trim_mib > 1_048_576 {
+            let n = self.heap_trim_mib;
+            return bad("heap_trim_mib", &format!("`{n}` MiB is more than 1 TiB"));
+        }
+        if self.runtime == Runtime::PerCore && !cfg!(unix) {
+            return bad("runtime", "`per_core` needs SO_REUSEPORT (Unix)");
+        }
         if self.idle_timeout_ms != 0 && self.idle_timeout_ms <= self.request_timeout_ms {
             return bad(
                 "idle_timeout_ms",
@@ -367,6 +275,91 @@ impl ServeConfig {
         }
         Ok(())
     }
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self::defaults()
+    }
+}
+
+/// The `[serve]` table of the file at `path` as a layer (`None` without one); other tables are
+/// left to other commands.
+fn file_layer(path: &Path, defaults: &Dict) -> Result<Option<Layer>, ServeConfigError> {
+    let name = path.display().to_string();
+    let file_error = |message: String| ServeConfigError::File {
+        path: name.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+    let Some(serve) = table.get("serve") else {
+        return Ok(None);
+    };
+    if !serve.is_table() {
+        return Err(file_error("`serve` must be a table".into()));
+    }
+    Layer::from_toml(name.clone(), serve, defaults)
+        .map(Some)
+        .map_err(refused)
+}
+
+/// One key set from its text (a flag, or [`ServeConfig::set`]); the key must be known.
+fn text_layer(
+    key: &str,
+    value: &str,
+    source: &str,
+    defaults: &Dict,
+) -> Result<Layer, ServeConfigError> {
+    if !defaults.contains_key(key) {
+        return Err(ServeConfigError::UnknownKey {
+            key: key.to_string(),
+            source_name: source.to_string(),
+            known: ServeConfig::keys().join(", "),
+        });
+    }
+    Layer::from_text(source.to_string(), key, value, defaults).map_err(refused)
+}
+
+/// A refusal of the layering as a [`ServeConfigError`].
+fn refused(r: Refusal) -> ServeConfigError {
+    if r.unknown {
+        ServeConfigError::UnknownKey {
+            key: r.key,
+            source_name: r.source,
+            known: ServeConfig::keys().join(", "),
+        }
+    } else {
+        ServeConfigError::BadValue {
+            key: r.key,
+            source_name: r.source,
+            message: r.message,
+        }
+    }
+}
+
+/// An optional text setting: empty text is none, and a number or boolean is taken as its text
+/// (an environment variable's `12345` is a token, not a number).
+fn text_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        S(String),
+        I(i64),
+        U(u64),
+        F(f64),
+        B(bool),
+    }
+    Ok(match Option::<Text>::deserialize(d)? {
+        None => None,
+        Some(Text::S(s)) => (!s.is_empty()).then_some(s),
+        Some(Text::I(i)) => Some(i.to_string()),
+        Some(Text::U(u)) => Some(u.to_string()),
+        Some(Text::F(f)) => Some(f.to_string()),
+        Some(Text::B(b)) => Some(b.to_string()),
+    })
 }
 
 #[cfg(test)]

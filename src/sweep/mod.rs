@@ -164,7 +164,7 @@ pub fn run(
     let mut rows = Vec::with_capacity(options.lambda_primes.len());
     for &lp in &options.lambda_primes {
         let mut cfg = base.clone();
-        cfg.set("lambda_prime", &toml::Value::Float(lp))?;
+        cfg.set_lambda_prime(lp)?;
         cfg.validate()?;
         let start = Instant::now();
         let trained =

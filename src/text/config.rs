@@ -1,4 +1,5 @@
-//! The vectorizer's settings: the `[train.text]` table and the `--set text.KEY=VALUE` keys.
+//! The vectorizer's settings: the `[train.text]` table and the `--set text.KEY=VALUE` keys
+//! (read by [`crate::config`]'s layering).
 
 use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};
@@ -51,77 +52,6 @@ impl TextConfig {
         l2: true,
     };
 
-    /// The keys [`TextConfig::set`] accepts, without the `text.` prefix.
-    pub const KEYS: &'static [&'static str] = &[
-        "ngram_min",
-        "ngram_max",
-        "min_chars",
-        "min_df",
-        "max_df",
-        "max_features",
-        "lowercase",
-        "sublinear_tf",
-        "smooth_idf",
-        "l2",
-    ];
-
-    /// Whether these are the defaults (such a table is left out of a bundle's `config`).
-    pub fn is_default(&self) -> bool {
-        *self == TextConfig::DEFAULT
-    }
-
-    /// Sets one key (`key` without the `text.` prefix). Errors name the key as `text.KEY`.
-    pub fn set(&mut self, key: &str, value: &toml::Value) -> Result<(), ConfigError> {
-        let full = format!("text.{key}");
-        let bad = |message: String| ConfigError::BadValue {
-            key: full.clone(),
-            message,
-        };
-        let uint = || {
-            value
-                .as_integer()
-                .and_then(|i| usize::try_from(i).ok())
-                .ok_or_else(|| bad(format!("expected a non-negative integer, found `{value}`")))
-        };
-        let boolean = || match value {
-            toml::Value::Boolean(b) => Ok(*b),
-            toml::Value::String(s) if s == "on" => Ok(true),
-            toml::Value::String(s) if s == "off" => Ok(false),
-            _ => Err(bad(format!(
-                "expected true/false or on/off, found `{value}`"
-            ))),
-        };
-        match key {
-            "ngram_min" => self.ngram_min = uint()?,
-            "ngram_max" => self.ngram_max = uint()?,
-            "min_chars" => self.min_chars = uint()?,
-            "min_df" => self.min_df = uint()?,
-            "max_df" => {
-                self.max_df = match value {
-                    toml::Value::Float(f) => *f as f32,
-                    toml::Value::Integer(i) => *i as f32,
-                    _ => return Err(bad(format!("expected a number, found `{value}`"))),
-                }
-            }
-            "max_features" => self.max_features = uint()?,
-            "lowercase" => self.lowercase = boolean()?,
-            "sublinear_tf" => self.sublinear_tf = boolean()?,
-            "smooth_idf" => self.smooth_idf = boolean()?,
-            "l2" => self.l2 = boolean()?,
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    key: full,
-                    known: TextConfig::KEYS
-                        .iter()
-                        .map(|k| format!("text.{k}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Checks the ranges that single keys cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: String| ConfigError::BadValue {
@@ -161,16 +91,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_set_and_errors_name_the_key() {
-        let mut c = TextConfig::default();
-        c.set("min_df", &toml::Value::Integer(3)).unwrap();
-        c.set("sublinear_tf", &toml::Value::String("off".into()))
-            .unwrap();
-        assert_eq!((c.min_df, c.sublinear_tf), (3, false));
-        let err = c.set("min_dff", &toml::Value::Integer(3)).unwrap_err();
+    fn keys_are_set_and_errors_name_the_key() {
+        let load = |set: &str| crate::config::TrainConfig::load_with_env(None, &[], &[set.into()]);
+        let c = load("text.min_df=3").unwrap().text;
+        assert_eq!(c.min_df, 3);
+        assert!(!load("text.sublinear_tf=off").unwrap().text.sublinear_tf);
+        let err = load("text.min_dff=3").unwrap_err();
         assert!(err.to_string().contains("`text.min_dff`"), "{err}");
-        let err = c.set("max_df", &toml::Value::Boolean(true)).unwrap_err();
+        let err = load("text.max_df=true").unwrap_err();
         assert!(err.to_string().contains("`text.max_df`"), "{err}");
+        let mut c = TextConfig::default();
         c.max_df = 1.5;
         let err = c.validate().unwrap_err();
         assert!(err.to_string().contains("`text.max_df`"), "{err}");
