@@ -342,7 +342,8 @@ fn best_candidate(cands: &[(u32, f32, u32)]) -> Option<u32> {
         .map(|c| c.0)
 }
 
-/// Chooses λ_bp by k-fold cross-validation (§3.3). Per fold, a model of the blocks' kind
+/// Chooses λ_bp by k-fold cross-validation (§3.3), scoring the first `bp_scored_folds` folds
+/// (`docs/decisions/0020-bp-lambda-one-held-out-fold.md`). Per fold, a model of the blocks' kind
 /// (`block_model`: a label tree or flat one-vs-all, over all labels) is trained on the other
 /// folds: the model without BP. Per λ, the whole BP model (partition, router and block models)
 /// is trained on the same folds, and both models predict the held-out points' top label with
