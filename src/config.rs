@@ -136,6 +136,10 @@ pub struct TrainConfig {
     /// Folds of the λ_bp cross-validation.
     #[serde(default = "default_bp_folds")]
     pub bp_folds: usize,
+    /// How many of the `bp_folds` folds the λ_bp choice scores: 1 holds out one fold (the
+    /// default), `bp_folds` is the full k-fold cross-validation.
+    #[serde(default = "default_bp_scored_folds")]
+    pub bp_scored_folds: usize,
     /// The P@1 loss (absolute, in [0, 1]) the λ_bp cross-validation tolerates.
     #[serde(default = "default_bp_tolerance")]
     pub bp_tolerance: f32,
@@ -178,6 +182,7 @@ impl TrainConfig {
         bp_q: 0,
         bp_q_max: 16,
         bp_folds: 3,
+        bp_scored_folds: 1,
         bp_tolerance: 0.02,
         block_model: ModelKind::Tree,
         seed: 0,
@@ -290,6 +295,15 @@ impl TrainConfig {
         positive("bp_q_max", self.bp_q_max)?;
         if self.bp_folds < 2 {
             return Err(bad("bp_folds", "must be at least 2".into()));
+        }
+        if !(1..=self.bp_folds).contains(&self.bp_scored_folds) {
+            return Err(bad(
+                "bp_scored_folds",
+                format!(
+                    "must be in 1..=bp_folds ({}), got {}",
+                    self.bp_folds, self.bp_scored_folds
+                ),
+            ));
         }
         if !(0.0..=1.0).contains(&self.bp_tolerance) {
             return Err(bad(
@@ -476,6 +490,10 @@ fn default_bp_q_max() -> usize {
 
 fn default_bp_folds() -> usize {
     TrainConfig::DEFAULT.bp_folds
+}
+
+fn default_bp_scored_folds() -> usize {
+    TrainConfig::DEFAULT.bp_scored_folds
 }
 
 fn default_bp_tolerance() -> f32 {

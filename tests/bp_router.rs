@@ -220,12 +220,19 @@ fn cross_validation_records_its_fold_scores() {
     let train = load("Corel5k", "train");
     let trained = train_with(
         &train,
-        &["bp=on", "block_model=flat", "bp_folds=2", "bp_q=3"],
+        &[
+            "bp=on",
+            "block_model=flat",
+            "bp_folds=2",
+            "bp_scored_folds=2",
+            "bp_q=3",
+        ],
     );
     let bp = trained.meta.bp.clone().unwrap();
     assert_eq!(bp.lambda_source, "cross-validation");
     let cv = bp.cv.unwrap();
     assert_eq!(cv.folds, 2);
+    assert_eq!(cv.scored_folds, 2);
     assert!(cv.grid.iter().any(|p| p.lambda == cv.chosen));
     assert_eq!(bp.lambda, cv.chosen);
     for p in &cv.grid {
@@ -253,4 +260,46 @@ fn cross_validation_records_its_fold_scores() {
     // Smaller λ keeps at least as many labels per query on average.
     let evals: Vec<f64> = cv.grid.iter().map(|p| p.evals_mean[0]).collect();
     assert!(evals.first() >= evals.last(), "{evals:?}");
+}
+
+#[test]
+fn the_default_lambda_choice_scores_one_held_out_fold() {
+    let train = load("Corel5k", "train");
+    let args = ["bp=on", "block_model=flat", "bp_q=3"];
+    let trained = train_with(&train, &args);
+    let bp = trained.meta.bp.clone().unwrap();
+    assert_eq!(bp.lambda_source, "cross-validation");
+    let cv = bp.cv.unwrap();
+    assert_eq!((cv.folds, cv.scored_folds), (3, 1));
+    assert_eq!(bp.lambda, cv.chosen);
+    // Every λ tried was scored on the one held-out fold only.
+    for p in &cv.grid {
+        assert_eq!(
+            (p.p1_bp.len(), p.p1_full.len(), p.q.len()),
+            (1, 1, 1),
+            "{p:?}"
+        );
+        assert_eq!(p.within, p.worst_loss() <= cv.tolerance);
+    }
+    // The model without BP is trained once, so every λ compares against the same P@1.
+    assert!(cv.grid.windows(2).all(|w| w[0].p1_full == w[1].p1_full));
+    // When some λ passes it is the chosen one, the smallest λ tried.
+    if cv.grid.iter().any(|p| p.within) {
+        assert_eq!(cv.grid[0].lambda, cv.chosen);
+        assert!(cv.grid[0].within);
+    }
+    // Same data, config and seed: the same bundle.
+    let again = train_with(&train, &args);
+    assert_eq!(again.meta.version, trained.meta.version);
+    let bytes = |t: &Trained| {
+        let mut m = t.meta.clone();
+        m.created.unix_time = 0;
+        m.created.seconds.clear();
+        (serde_json::to_string(&m).unwrap(), t.meta.version.clone())
+    };
+    assert_eq!(bytes(&again), bytes(&trained));
+    // `bp_scored_folds` is at most `bp_folds`.
+    let err =
+        TrainConfig::load(None, &["bp_folds=2".into(), "bp_scored_folds=3".into()]).unwrap_err();
+    assert!(err.to_string().contains("bp_scored_folds"), "{err}");
 }

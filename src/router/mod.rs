@@ -75,6 +75,11 @@ pub struct QTry {
 pub struct CvReport {
     /// The number of folds.
     pub folds: usize,
+    /// How many of them were held out in turn and scored (the first ones; 1 is a single
+    /// hold-out split, `folds` the full cross-validation). Bundles made before this existed
+    /// scored every fold and read as 0.
+    #[serde(default)]
+    pub scored_folds: usize,
     /// The tolerated P@1 loss.
     pub tolerance: f64,
     /// One entry per λ_bp tried, ascending. λ is tried from the grid's largest down until one

@@ -47,13 +47,17 @@ pub fn train_bp(
     let seed = derive_seed(cfg.seed, 0xB10C);
     let mut seconds = Vec::new();
     let start = Instant::now();
+    let mut cv_seconds = CvSeconds::default();
     let (lambda, cv) = if cfg.bp_lambda > 0.0 {
         (f64::from(cfg.bp_lambda), None)
     } else {
-        let cv = cross_validate(ds, cfg, seed, progress)?;
+        let cv = cross_validate(ds, cfg, seed, progress, &mut cv_seconds)?;
         (cv.chosen, Some(cv))
     };
     seconds.push(("bp_cv".to_string(), start.elapsed().as_secs_f64()));
+    if cv.is_some() {
+        seconds.extend(cv_seconds.named());
+    }
 
     let start = Instant::now();
     progress.phase("BP: partition", 1);
@@ -338,7 +342,8 @@ fn best_candidate(cands: &[(u32, f32, u32)]) -> Option<u32> {
         .map(|c| c.0)
 }
 
-/// Chooses λ_bp by k-fold cross-validation (§3.3). Per fold, a model of the blocks' kind
+/// Chooses λ_bp by k-fold cross-validation (§3.3), scoring the first `bp_scored_folds` folds
+/// (`docs/decisions/0020-bp-lambda-one-held-out-fold.md`). Per fold, a model of the blocks' kind
 /// (`block_model`: a label tree or flat one-vs-all, over all labels) is trained on the other
 /// folds: the model without BP. Per λ, the whole BP model (partition, router and block models)
 /// is trained on the same folds, and both models predict the held-out points' top label with
@@ -350,14 +355,18 @@ fn cross_validate(
     cfg: &TrainConfig,
     seed: u64,
     progress: &dyn Progress,
+    secs: &mut CvSeconds,
 ) -> Result<CvReport, TrainError> {
     let k = cfg.bp_folds;
+    // Only the first `scored` folds are held out in turn; the partition into k folds is the same
+    // whatever `scored` is, so scoring every fold is the full k-fold cross-validation.
+    let scored = cfg.bp_scored_folds.clamp(1, k);
     let fold_of: Vec<usize> = (0..ds.n_points())
         .map(|i| (derive_seed(seed ^ 0xCF, i as u64) % k as u64) as usize)
         .collect();
-    progress.phase("BP: cross-validation fold models", k as u64);
-    let mut folds = Vec::with_capacity(k);
-    for f in 0..k {
+    progress.phase("BP: cross-validation fold models", scored as u64);
+    let mut folds = Vec::with_capacity(scored);
+    for f in 0..scored {
         let train_rows: Vec<u32> = (0..ds.n_points() as u32)
             .filter(|&i| fold_of[i as usize] != f)
             .collect();
@@ -378,7 +387,10 @@ fn cross_validate(
         };
         // The model without BP: the blocks' kind, over every label of the fold.
         let name = format!("cross-validation fold {f}");
+        let start = Instant::now();
         let model = train_kind(&tr, cfg, solver.seed, &Quiet, &name)?;
+        secs.full_train += start.elapsed().as_secs_f64();
+        let start = Instant::now();
         let tree = model.arrays.borrowed();
         let limits = SearchLimits {
             k: 1,
@@ -392,6 +404,7 @@ fn cross_validate(
                 stats.outputs_evaluated as usize,
             )
         });
+        secs.full_predict += start.elapsed().as_secs_f64();
         folds.push(CvFold {
             train_rows,
             held,
@@ -413,15 +426,18 @@ fn cross_validate(
             within: true,
         })
         .collect();
-    progress.phase("BP: λ cross-validation", (k * LAMBDA_GRID.len()) as u64);
+    progress.phase(
+        "BP: λ cross-validation",
+        (scored * LAMBDA_GRID.len()) as u64,
+    );
     let tolerance = f64::from(cfg.bp_tolerance);
-    let chosen = search_lambda(LAMBDA_GRID.len(), k, tolerance, |i, f| {
+    let chosen = search_lambda(LAMBDA_GRID.len(), scored, tolerance, |i, f| {
         let fold = &mut folds[f];
         let point = &mut grid[i];
         // Rebuilt per score rather than kept per fold: k fold copies of (k − 1)/k of the data
         // would hold (k − 1)× the training set at once.
         let tr = subset(ds, &fold.train_rows);
-        let scored = score_fold(&tr, fold, cfg, point.lambda)?;
+        let scored = score_fold(&tr, fold, cfg, point.lambda, secs)?;
         progress.step();
         point.q.push(scored.q);
         point.p1_full.push(fold.p1_full);
@@ -440,10 +456,45 @@ fn cross_validate(
     grid.retain(|p| !p.p1_bp.is_empty());
     Ok(CvReport {
         folds: k,
+        scored_folds: scored,
         tolerance,
         grid,
         chosen: LAMBDA_GRID[chosen],
     })
+}
+
+/// Wall-clock seconds of the cross-validation's parts, summed over folds and λ values.
+#[derive(Default)]
+struct CvSeconds {
+    /// Training the models without BP, one per fold.
+    full_train: f64,
+    /// Their held-out predictions.
+    full_predict: f64,
+    /// The BP models' partitions (k-means included).
+    partition: f64,
+    /// Their routers.
+    router: f64,
+    /// Their block models.
+    blocks: f64,
+    /// Their held-out predictions.
+    bp_predict: f64,
+}
+
+impl CvSeconds {
+    /// The parts under the names `meta.created.seconds` records them by.
+    fn named(&self) -> Vec<(String, f64)> {
+        [
+            ("bp_cv_full_train", self.full_train),
+            ("bp_cv_full_predict", self.full_predict),
+            ("bp_cv_partition", self.partition),
+            ("bp_cv_router", self.router),
+            ("bp_cv_blocks", self.blocks),
+            ("bp_cv_bp_predict", self.bp_predict),
+        ]
+        .into_iter()
+        .map(|(n, s)| (n.to_string(), s))
+        .collect()
+    }
 }
 
 /// What one cross-validation fold keeps while λ_bp varies: its training rows, its held-out
@@ -472,18 +523,27 @@ fn score_fold(
     fold: &mut CvFold,
     cfg: &TrainConfig,
     lambda: f64,
+    secs: &mut CvSeconds,
 ) -> Result<FoldScore, TrainError> {
-    let Ok((part, _)) = choose_partition(tr, cfg, lambda, &mut fold.kmeans) else {
+    let start = Instant::now();
+    let chosen = choose_partition(tr, cfg, lambda, &mut fold.kmeans);
+    secs.partition += start.elapsed().as_secs_f64();
+    let Ok((part, _)) = chosen else {
         return Ok(FoldScore {
             q: 0,
             p1_bp: 0.0,
             evals_mean: 0.0,
         });
     };
+    let start = Instant::now();
     let router = train_router(&tr.features, &part.assign, part.q(), &fold.solver)?;
+    secs.router += start.elapsed().as_secs_f64();
+    let start = Instant::now();
     let blocks = train_blocks(tr, &part, cfg, fold.solver.seed, &Quiet)
         .map_err(|e| bp_err(format!("cross-validation at bp_lambda = {lambda}: {e}")))?
         .blocks;
+    secs.blocks += start.elapsed().as_secs_f64();
+    let start = Instant::now();
     let bp = BpArrays { router, blocks };
     let limits = SearchLimits {
         k: 1,
@@ -505,6 +565,7 @@ fn score_fold(
             stats.search.outputs_evaluated as usize,
         )
     });
+    secs.bp_predict += start.elapsed().as_secs_f64();
     Ok(FoldScore {
         q: part.q(),
         p1_bp,
