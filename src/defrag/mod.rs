@@ -268,7 +268,8 @@ mod tests {
         assert_eq!(n_clusters(45_268, 8), 8192);
         assert_eq!(n_clusters(1000, 8), 128);
         assert_eq!(n_clusters(1024, 8), 128);
-        assert_eq!(n_clusters(1025, 8), 256);
+        // 1025 halves to 127 parts of 8 and one of 9 at depth 7, and only the 9 splits again.
+        assert_eq!(n_clusters(1025, 8), 129);
         // A part of exactly d0 features stops a level early: 17 → 8 | 9 → 8 | 4, 5.
         assert_eq!(n_clusters(17, 8), 3);
         assert_eq!(n_clusters(8, 8), 1);
