@@ -361,6 +361,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("d0", "defrag.d0"),
     ("defrag_points", "defrag.points_frac"),
     ("defrag_labels", "defrag.labels_frac"),
+    ("defrag_fill", "defrag.fill"),
     ("defrag_average", "defrag.average"),
     ("fiat", "defrag.fiat"),
     ("refrag", "defrag.refrag"),

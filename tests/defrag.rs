@@ -10,6 +10,7 @@ use xmc::bundle::Bundle;
 use xmc::config::TrainConfig;
 use xmc::data::Dataset;
 use xmc::defrag::view::{Agglomerated, DefragViewError};
+use xmc::defrag::{DefragKind, DefragParams};
 use xmc::model::{Model, ModelError, PredictOptions, Prediction, QueryError, Scratch};
 use xmc::train::Trained;
 
@@ -32,7 +33,10 @@ fn defrag_model_is_balanced_smaller_and_still_learns() {
     let d = train.n_features();
     let a = &t.defrag[0];
     assert_eq!(a.map.len(), d);
-    assert_eq!(a.sizes.len(), d.div_ceil(8));
+    // The authors' rule: 499 features halve six times to 64 parts of 7 or 8.
+    assert_eq!(d, 499);
+    assert_eq!(a.sizes.len(), 64);
+    assert_eq!(a.sizes.len(), xmc::defrag::n_clusters(d, 8));
     assert!(a.sizes.iter().all(|&s| s <= 8));
     assert!(xmc::defrag::balance_factor(&a.sizes) <= 8.0 / 7.0 + 1e-9);
     assert!(t.trees[0].chunks.n_weights() < plain.trees[0].chunks.n_weights());
@@ -185,6 +189,27 @@ fn reranked_scores_average_every_members_own_affinity() {
                 "row {row} label {l}: score {s}, want {want}"
             );
         }
+    }
+}
+
+/// The authors' own Bibtex run (`sample_run.py`, `-cml 8`) writes 256 groups of 7 or 8 features
+/// for d = 1836; xmc cuts the same number, and with d0 = 32 and 5 the next halving depths.
+#[test]
+fn bibtex_cluster_count_is_the_authors_256_at_d0_8() {
+    let train = common::load("Bibtex", "train");
+    assert_eq!(train.n_features(), 1836);
+    for (d0, want, sizes) in [(8, 256, 7..=8), (32, 64, 28..=29), (5, 512, 3..=4)] {
+        let params = DefragParams {
+            kind: DefragKind::Xy,
+            d0,
+            ..DefragParams::DEFAULT
+        };
+        let built = xmc::defrag::train::build(&train, &params, true, 7).unwrap();
+        let got = &built.arrays.sizes;
+        assert_eq!(got.len(), want, "d0 = {d0}");
+        assert!(got.iter().all(|s| sizes.contains(s)), "d0 = {d0}: {got:?}");
+        assert_eq!(got.iter().sum::<u32>(), 1836);
+        assert_eq!(built.dataset.n_features(), want);
     }
 }
 

@@ -1,7 +1,7 @@
 //! DEFRAG feature agglomeration, FIAT imputation and REFRAG reranking (Jalan & Kar, 2019).
 //!
-//! DEFRAG clusters the d input features into K ≈ d/d0 balanced groups and sums each group into
-//! one super-feature, so every later stage (label tree, classifiers, bundle, request path) works
+//! DEFRAG clusters the d input features into K balanced groups of at most d0 features and sums
+//! each group into one super-feature, so every later stage (label tree, classifiers, bundle, request path) works
 //! in K dimensions. The clusters also give a block-diagonal pseudo co-occurrence matrix
 //! C^F = Σ_k X_{F_k} X_{F_k}ᵀ, which never leaves a cluster. Two things are built from it:
 //!
@@ -59,12 +59,17 @@ impl DefragKind {
 pub struct DefragParams {
     /// The representation clustered, or off.
     pub kind: DefragKind,
-    /// The largest number of features in a cluster (d0).
+    /// The largest number of features in a cluster (d0), as in the authors' code: the features
+    /// are halved until every part holds at most d0 of them, which gives
+    /// K = [`n_clusters`]`(d, d0)` ≈ 2^⌈log2(d/d0)⌉ clusters of about d0/2 to d0 features.
     pub d0: usize,
     /// The share ñ/n of most voluminous (largest ‖x‖₁) points that represent features.
     pub points_frac: f32,
     /// The share L̃/L of most popular labels that represent features (XY and N).
     pub labels_frac: f32,
+    /// Give a feature that the sampled points and labels leave without a representation one
+    /// over all points (and with XY, all labels), rather than letting it tie.
+    pub fill: bool,
     /// Average, rather than sum, the features of a cluster (App. A.4).
     pub average: bool,
     /// FIAT imputation by default at prediction (and on the training rows).
@@ -80,12 +85,15 @@ pub struct DefragParams {
 }
 
 impl DefragParams {
-    /// The defaults: off; when on, d0 = 8, ñ = 0.25n, L̃ = 0.05L, sums, α = 0.8.
+    /// The defaults: off; when on, d0 = 4, ñ = n (every point), L̃ = 0.05L, the fill on, sums,
+    /// α = 0.8. d0 and ñ were chosen on citeulike-t and debian-deps
+    /// (docs/decisions/0021-defrag-authors-cluster-count-and-defaults.md).
     pub const DEFAULT: DefragParams = DefragParams {
         kind: DefragKind::Off,
-        d0: 8,
-        points_frac: 0.25,
+        d0: 4,
+        points_frac: 1.0,
         labels_frac: 0.05,
+        fill: true,
         average: false,
         fiat: false,
         refrag: false,
@@ -142,6 +150,42 @@ impl Default for DefragParams {
     fn default() -> Self {
         Self::DEFAULT
     }
+}
+
+/// The number of clusters DEFRAG cuts `d` features into for `d0`: the leaves of the authors'
+/// halving tree, where a part of n > d0 features splits into ⌊n/2⌋ and ⌈n/2⌉ and a part of at
+/// most d0 features is a leaf. That is 2^⌈log2(d/d0)⌉ unless a part of exactly d0 features
+/// stops one level early (d = 17, d0 = 8 gives 3); at least 1, and 0 for no features.
+///
+/// xmc then cuts the features into that many parts of sizes that differ by at most one, so
+/// every cluster still holds at most d0 features (the leaves hold d features in K parts of at
+/// most d0 each, so ⌈d/K⌉ ≤ d0).
+pub fn n_clusters(d: usize, d0: usize) -> usize {
+    if d == 0 {
+        return 0;
+    }
+    let d0 = d0.max(1);
+    // Each level of the halving tree holds parts of at most two sizes, ⌊m⌋ and ⌈m⌉, so it is
+    // walked as a short list of (size, count) pairs.
+    let mut level: Vec<(usize, usize)> = vec![(d, 1)];
+    let mut leaves = 0;
+    while !level.is_empty() {
+        let mut next: Vec<(usize, usize)> = Vec::with_capacity(4);
+        for (size, count) in level {
+            if size <= d0 {
+                leaves += count;
+                continue;
+            }
+            for half in [size / 2, size - size / 2] {
+                match next.iter_mut().find(|(s, _)| *s == half) {
+                    Some(entry) => entry.1 += count,
+                    None => next.push((half, count)),
+                }
+            }
+        }
+        level = next;
+    }
+    leaves
 }
 
 /// A copy of `ds` with `round(frac·nnz)` of each point's features erased, chosen uniformly at
@@ -214,6 +258,40 @@ mod tests {
         assert!(balance_factor(&[3, 0]).is_infinite());
         assert!((normalized_entropy(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
         assert!(normalized_entropy(&[97, 1, 1, 1]) < 0.2);
+    }
+
+    #[test]
+    fn cluster_count_follows_the_authors_halving_rule() {
+        // The authors' Bibtex run: d = 1836, d0 = 8 gives 256 groups of 7 or 8.
+        assert_eq!(n_clusters(1836, 8), 256);
+        // Powers of two of d/d0 and the cases in between round K up to the next power of two.
+        assert_eq!(n_clusters(20_000, 8), 4096);
+        assert_eq!(n_clusters(45_268, 8), 8192);
+        assert_eq!(n_clusters(1000, 8), 128);
+        assert_eq!(n_clusters(1024, 8), 128);
+        // 1025 halves to 127 parts of 8 and one of 9 at depth 7, and only the 9 splits again.
+        assert_eq!(n_clusters(1025, 8), 129);
+        // A part of exactly d0 features stops a level early: 17 → 8 | 9 → 8 | 4, 5.
+        assert_eq!(n_clusters(17, 8), 3);
+        assert_eq!(n_clusters(8, 8), 1);
+        assert_eq!(n_clusters(3, 8), 1);
+        assert_eq!(n_clusters(0, 8), 0);
+        assert_eq!(n_clusters(5, 1), 5);
+        // The count agrees with a direct recursion over the halving tree, and its parts fit.
+        fn leaves(n: usize, d0: usize) -> usize {
+            if n <= d0 {
+                1
+            } else {
+                leaves(n / 2, d0) + leaves(n - n / 2, d0)
+            }
+        }
+        for d in 1..300 {
+            for d0 in [1, 2, 3, 4, 7, 8, 16, 32] {
+                let k = n_clusters(d, d0);
+                assert_eq!(k, leaves(d, d0), "d = {d}, d0 = {d0}");
+                assert!(d.div_ceil(k) <= d0, "d = {d}, d0 = {d0}, K = {k}");
+            }
+        }
     }
 
     #[test]

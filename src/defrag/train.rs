@@ -19,6 +19,10 @@ pub struct DefragArrays {
     pub prototypes: Option<Prototypes>,
     /// Seconds spent building representatives and clustering.
     pub cluster_seconds: f64,
+    /// Features that the sampled points and labels leave without a representation.
+    pub unrepresented_sampled: usize,
+    /// Features without a representation after `fill` (equal to the above without it).
+    pub unrepresented: usize,
 }
 
 /// Sparse label prototypes in CSR form: label l holds `idx[start[l]..start[l+1]]`.
@@ -52,8 +56,11 @@ pub fn build(
 ) -> Result<Built, ClusterError> {
     let start = Instant::now();
     let d = ds.n_features();
-    let reps = representatives(ds, params);
-    let k = d.div_ceil(params.d0).max(1);
+    let (reps, unrepresented_sampled) = representatives(ds, params);
+    let unrepresented = (0..d)
+        .filter(|&j| crate::data::row_slices(&reps, j).0.is_empty())
+        .count();
+    let k = super::n_clusters(d, params.d0);
     let rows: Vec<u32> = (0..d as u32).collect();
     let parts = if d == 0 {
         Vec::new()
@@ -95,6 +102,8 @@ pub fn build(
             scale,
             prototypes,
             cluster_seconds,
+            unrepresented_sampled,
+            unrepresented,
         },
         dataset: Dataset {
             features,
@@ -106,7 +115,15 @@ pub fn build(
 /// The representative vector of every feature, one L2-normalized row per feature: its column over
 /// the ñ most voluminous points (X), or Σᵢ x_j^i y^i over those points and the L̃ most popular
 /// labels (XY, N).
-pub fn representatives(ds: &Dataset, params: &DefragParams) -> SparseMatrix {
+///
+/// With `params.fill`, a feature that the sample leaves at zero although it occurs in training
+/// (a rare feature, found only outside the ñ points or only with other labels) gets a
+/// representation over all points instead, and with XY over all labels if it still has none;
+/// only features that never occur with a label (or, with X, never occur) stay at zero. Without
+/// it such features tie and are grouped arbitrarily. The extra coordinates are the unsampled
+/// points (X) or the less popular labels (XY), so filled rows stay comparable to sampled ones.
+/// Also returns how many features the sample alone leaves at zero.
+pub fn representatives(ds: &Dataset, params: &DefragParams) -> (SparseMatrix, usize) {
     let n = ds.n_points();
     let n_sel = ((n as f64 * f64::from(params.points_frac)).ceil() as usize).clamp(1.min(n), n);
     let mut order: Vec<u32> = (0..n as u32).collect();
@@ -119,16 +136,38 @@ pub fn representatives(ds: &Dataset, params: &DefragParams) -> SparseMatrix {
     });
     order.truncate(n_sel);
     order.sort_unstable();
+    let mut selected = vec![false; n];
+    for &i in &order {
+        selected[i as usize] = true;
+    }
     let d = ds.n_features();
     // Column j of the representative matrix: (coordinate, value) pairs, built feature-major.
     let mut cols: Vec<Vec<(u32, f32)>> = vec![Vec::new(); d];
-    match params.kind {
+    let mut empty_sampled = 0;
+    let width = match params.kind {
         DefragKind::X => {
             for (r, &i) in order.iter().enumerate() {
                 let (idx, val) = ds.feature_row(i as usize);
                 for (&j, &v) in idx.iter().zip(val) {
                     cols[j as usize].push((r as u32, v));
                 }
+            }
+            let empty: Vec<bool> = cols.iter().map(Vec::is_empty).collect();
+            empty_sampled = empty.iter().filter(|&&e| e).count();
+            if params.fill && n_sel < n {
+                // The unsampled points follow the sampled ones as coordinates n_sel, n_sel + 1, ….
+                let unsampled = (0..n).filter(|&i| !selected[i]);
+                for (r, i) in unsampled.enumerate() {
+                    let (idx, val) = ds.feature_row(i);
+                    for (&j, &v) in idx.iter().zip(val) {
+                        if empty[j as usize] {
+                            cols[j as usize].push(((n_sel + r) as u32, v));
+                        }
+                    }
+                }
+                n
+            } else {
+                n_sel
             }
         }
         _ => {
@@ -137,52 +176,84 @@ pub fn representatives(ds: &Dataset, params: &DefragParams) -> SparseMatrix {
             let counts = crate::train::label_counts(ds);
             let mut labels: Vec<u32> = (0..l as u32).collect();
             labels.sort_by(|&a, &b| counts[b as usize].cmp(&counts[a as usize]).then(a.cmp(&b)));
+            // Every label's popularity rank; the sample uses ranks below l_sel.
             let mut rank = vec![u32::MAX; l];
-            for (r, &lab) in labels.iter().take(l_sel).enumerate() {
+            for (r, &lab) in labels.iter().enumerate() {
                 rank[lab as usize] = r as u32;
             }
-            let mut acc = vec![0f32; l_sel];
-            let mut touched: Vec<u32> = Vec::new();
-            // Per point, its selected labels; per feature, the sum over its points.
             let csc = ds.features.to_other_storage();
-            let mut selected = vec![false; n];
-            for &i in &order {
-                selected[i as usize] = true;
-            }
+            let mut column = XyColumn {
+                ds,
+                rank: &rank,
+                acc: vec![0f32; l],
+                touched: Vec::new(),
+            };
             for (j, col) in cols.iter_mut().enumerate() {
                 let (pts, vals) = crate::data::row_slices(&csc, j);
-                for (&i, &v) in pts.iter().zip(vals) {
-                    if !selected[i as usize] {
-                        continue;
-                    }
-                    for &lab in ds.label_row(i as usize) {
-                        let r = rank[lab as usize];
-                        if r != u32::MAX {
-                            if acc[r as usize] == 0.0 {
-                                touched.push(r);
-                            }
-                            acc[r as usize] += v;
-                        }
+                column.fill(pts, vals, |i| selected[i as usize], l_sel, col);
+                empty_sampled += usize::from(col.is_empty());
+                if params.fill && col.is_empty() && !pts.is_empty() {
+                    column.fill(pts, vals, |_| true, l_sel, col);
+                    if col.is_empty() {
+                        column.fill(pts, vals, |_| true, l, col);
                     }
                 }
-                touched.sort_unstable();
-                touched.dedup();
-                for &r in &touched {
-                    if acc[r as usize] != 0.0 {
-                        col.push((r, acc[r as usize]));
+            }
+            if params.fill { l.max(1) } else { l_sel }
+        }
+    };
+    (csr_from_rows(&cols, width, true), empty_sampled)
+}
+
+/// Builds one feature's XY representation Σᵢ x_j^i y^i, restricted to some points and to the
+/// labels of popularity rank below a cutoff, with a reusable dense accumulator.
+struct XyColumn<'a> {
+    /// The training data.
+    ds: &'a Dataset,
+    /// Per label, its popularity rank (0 = most popular).
+    rank: &'a [u32],
+    /// Per rank, a running sum; all zero between calls.
+    acc: Vec<f32>,
+    /// The ranks touched by the current column.
+    touched: Vec<u32>,
+}
+
+impl XyColumn<'_> {
+    /// Writes into `col` (cleared first) the sums over the points `pts` (with values `vals`) that
+    /// `keep` accepts, one coordinate per label rank below `max_rank`, zeros dropped.
+    fn fill(
+        &mut self,
+        pts: &[u32],
+        vals: &[f32],
+        keep: impl Fn(u32) -> bool,
+        max_rank: usize,
+        col: &mut Vec<(u32, f32)>,
+    ) {
+        col.clear();
+        for (&i, &v) in pts.iter().zip(vals) {
+            if !keep(i) {
+                continue;
+            }
+            for &lab in self.ds.label_row(i as usize) {
+                let r = self.rank[lab as usize];
+                if (r as usize) < max_rank {
+                    if self.acc[r as usize] == 0.0 {
+                        self.touched.push(r);
                     }
-                    acc[r as usize] = 0.0;
+                    self.acc[r as usize] += v;
                 }
-                touched.clear();
             }
         }
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        for &r in &self.touched {
+            if self.acc[r as usize] != 0.0 {
+                col.push((r, self.acc[r as usize]));
+            }
+            self.acc[r as usize] = 0.0;
+        }
+        self.touched.clear();
     }
-    let width = match params.kind {
-        DefragKind::X => n_sel,
-        _ => ((ds.n_labels() as f64 * f64::from(params.labels_frac)).ceil() as usize)
-            .clamp(1, ds.n_labels().max(1)),
-    };
-    csr_from_rows(&cols, width, true)
 }
 
 /// A CSR matrix from per-row sorted `(column, value)` lists, rows optionally L2-normalized.
@@ -382,6 +453,65 @@ mod tests {
             }
             assert!((s[j] - want).abs() < 1e-5, "s[{j}] = {} want {want}", s[j]);
         }
+    }
+
+    #[test]
+    fn fill_gives_rare_features_a_representation_over_all_points() {
+        // Point 0 is the most voluminous and the only one sampled (ñ = 1 of 3). Feature 2 occurs
+        // only in point 1, with label 1; feature 3 only in point 2, with the unpopular label 2;
+        // feature 4 never occurs.
+        let x = csr(
+            &[&[(0, 1.0), (1, 1.0), (5, 1.0)], &[(2, 1.0)], &[(3, 1.0)]],
+            6,
+        );
+        let y = csr(&[&[(0, 1.0), (1, 1.0)], &[(1, 1.0)], &[(2, 1.0)]], 3);
+        let ds = Dataset {
+            features: x,
+            labels: y,
+        };
+        let nnz = |m: &SparseMatrix, j: usize| crate::data::row_slices(m, j).0.len();
+        for kind in [DefragKind::X, DefragKind::Xy] {
+            let mut params = DefragParams {
+                kind,
+                points_frac: 0.3,
+                labels_frac: 0.4,
+                fill: false,
+                ..DefragParams::DEFAULT
+            };
+            let (sampled, empty) = representatives(&ds, &params);
+            assert_eq!(empty, 3, "{kind:?}: features 2, 3 and 4");
+            params.fill = true;
+            let (filled, empty) = representatives(&ds, &params);
+            assert_eq!(empty, 3, "{kind:?}: the count is of the sample alone");
+            for j in [0, 1, 5] {
+                assert_eq!(
+                    crate::data::row_slices(&sampled, j),
+                    crate::data::row_slices(&filled, j),
+                    "{kind:?}: a sampled feature keeps its row"
+                );
+                assert_eq!(nnz(&filled, j), if kind == DefragKind::X { 1 } else { 2 });
+            }
+            for j in [2, 3] {
+                assert_eq!(nnz(&sampled, j), 0, "{kind:?} feature {j}");
+                assert_eq!(nnz(&filled, j), 1, "{kind:?} feature {j}");
+            }
+            assert_eq!(
+                nnz(&filled, 4),
+                0,
+                "a feature absent from training stays empty"
+            );
+        }
+        // With XY, feature 2 is filled over all points (its label 1 is among the L̃ = 2 most
+        // popular), feature 3 over all labels (its label 2 is not).
+        let params = DefragParams {
+            kind: DefragKind::Xy,
+            points_frac: 0.3,
+            labels_frac: 0.4,
+            ..DefragParams::DEFAULT
+        };
+        let (filled, _) = representatives(&ds, &params);
+        assert_eq!(crate::data::row_slices(&filled, 2).0, &[0u32][..]);
+        assert_eq!(crate::data::row_slices(&filled, 3).0, &[2u32][..]);
     }
 
     #[test]

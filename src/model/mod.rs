@@ -534,7 +534,7 @@ impl Model {
             &mut scratch.q_idx,
             &mut scratch.q_val,
         )?;
-        // Every member's space has at most n_features dimensions (K = ⌈d/d0⌉ ≤ d).
+        // Every member's space has at most n_features dimensions (K ≤ d).
         if scratch.dense.len() < self.meta.n_features {
             scratch.dense.resize(self.meta.n_features, 0.0);
         }

@@ -680,12 +680,24 @@ fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
             .map(|&c| u64::from(a.sizes[c as usize]))
             .sum::<u64>()
     });
+    // FIAT's scale s_j is 1 plus the cosines of feature j to the rest of its cluster: near 1,
+    // imputation changes nothing.
+    let scale_stats = a.scale.as_ref().map(|s| {
+        let n = s.len().max(1) as f64;
+        let mean = s.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let near_one = s.iter().filter(|&&v| v < 1.1).count() as f64 / n;
+        (mean, near_one)
+    });
     serde_json::json!({
         "clusters": a.sizes.len(),
+        "fiat_scale_mean": scale_stats.map(|s| s.0),
+        "fiat_scale_below_1_1": scale_stats.map(|s| s.1),
         "balance_factor": crate::defrag::balance_factor(&a.sizes),
         "normalized_entropy": crate::defrag::normalized_entropy(&a.sizes),
         "prototype_nnz": a.prototypes.as_ref().map(|p| p.idx.len()),
         "prototype_nnz_unagglomerated": unagglomerated,
+        "unrepresented_sampled": a.unrepresented_sampled,
+        "unrepresented": a.unrepresented,
     })
 }
 
