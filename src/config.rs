@@ -7,6 +7,7 @@
 
 use crate::defrag::{DefragKind, DefragParams};
 use crate::linear::{Loss, Method, SolverParams};
+use crate::rerank::{RerankModel, RerankParams};
 use crate::text::TextConfig;
 use crate::tree::FreqKind;
 use serde::{Deserialize, Serialize};
@@ -149,6 +150,10 @@ pub struct TrainConfig {
     /// JSON Lines. Left out of the metadata when default, so other bundles are unchanged.
     #[serde(default, skip_serializing_if = "TextConfig::is_default")]
     pub text: TextConfig,
+    /// The reranking stage trained after the trees (`rerank_*` keys). Left out of the metadata
+    /// when default, so other bundles are unchanged.
+    #[serde(default, skip_serializing_if = "RerankParams::is_default")]
+    pub rerank: RerankParams,
 }
 
 impl TrainConfig {
@@ -177,6 +182,7 @@ impl TrainConfig {
         defrag: DefragParams::DEFAULT,
         weights: WeightFormat::F32,
         text: TextConfig::DEFAULT,
+        rerank: RerankParams::DEFAULT,
     };
 
     /// The keys `set` accepts, for error messages and docs.
@@ -221,6 +227,9 @@ impl TrainConfig {
         "refrag_gamma",
         "refrag_candidates",
         "weights",
+        "rerank_model",
+        "rerank_candidates",
+        "rerank_alpha",
         "text.*",
     ];
 
@@ -328,6 +337,15 @@ impl TrainConfig {
                     other => return Err(bad(key, format!("`{other}` is not `f32` or `bf16`"))),
                 }
             }
+            "rerank_model" => {
+                self.rerank.model = match as_str(key, value)? {
+                    "off" => RerankModel::Off,
+                    "ova" => RerankModel::Ova,
+                    other => return Err(bad(key, format!("`{other}` is not `off` or `ova`"))),
+                }
+            }
+            "rerank_candidates" => self.rerank.candidates = as_usize(key, value)?,
+            "rerank_alpha" => self.rerank.alpha = as_f32(key, value)?,
             k if k.starts_with("text.") => self.text.set(&k["text.".len()..], value)?,
             "solver.l1" => s.l1 = as_f32(key, value)?,
             "solver.c" => s.c = as_f32(key, value)?,
@@ -430,6 +448,9 @@ impl TrainConfig {
             ));
         }
         self.text.validate()?;
+        self.rerank
+            .validate()
+            .map_err(|(key, message)| bad(key, message))?;
         self.defrag
             .validate()
             .map_err(|(key, message)| bad(key, message))
