@@ -41,11 +41,12 @@ pub struct RerankParams {
 }
 
 impl RerankParams {
-    /// The defaults: off; when on, 30 candidates and α = 0.5.
+    /// The defaults: off; when on, 30 candidates and α = 0.65 (chosen on citeulike-t, see
+    /// `docs/decisions/0020-ova-rerank-mix.md`).
     pub const DEFAULT: RerankParams = RerankParams {
         model: RerankModel::Off,
         candidates: 30,
-        alpha: 0.5,
+        alpha: 0.65,
     };
 
     /// Whether these are the defaults (left out of a model's metadata then, so bundles without
