@@ -10,6 +10,7 @@ pub mod layers;
 
 use crate::defrag::DefragParams;
 use crate::linear::SolverParams;
+use crate::rerank::RerankParams;
 use crate::text::TextConfig;
 use crate::tree::FreqKind;
 use figment::value::Dict;
@@ -161,6 +162,10 @@ pub struct TrainConfig {
     /// JSON Lines. Left out of the metadata when default, so other bundles are unchanged.
     #[serde(default, skip_serializing_if = "layers::omit_default")]
     pub text: TextConfig,
+    /// The reranking stage trained after the trees (`rerank_*` keys). Left out of the metadata
+    /// when default, so other bundles are unchanged.
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
+    pub rerank: RerankParams,
 }
 
 impl TrainConfig {
@@ -190,6 +195,7 @@ impl TrainConfig {
         defrag: DefragParams::DEFAULT,
         weights: WeightFormat::F32,
         text: TextConfig::DEFAULT,
+        rerank: RerankParams::DEFAULT,
     };
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then the process's
@@ -324,6 +330,9 @@ impl TrainConfig {
             ));
         }
         self.text.validate()?;
+        self.rerank
+            .validate()
+            .map_err(|(key, message)| bad(key, message))?;
         self.defrag
             .validate()
             .map_err(|(key, message)| bad(key, message))
@@ -368,6 +377,9 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("refrag_alpha", "defrag.alpha"),
     ("refrag_gamma", "defrag.gamma_r"),
     ("refrag_candidates", "defrag.candidates"),
+    ("rerank_model", "rerank.model"),
+    ("rerank_candidates", "rerank.candidates"),
+    ("rerank_alpha", "rerank.alpha"),
 ];
 
 /// Fields that are recorded in a bundle but are not settings: the solver's seed derives from

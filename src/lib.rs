@@ -20,6 +20,8 @@
 //!   linear router over the blocks, and one model per block.
 //! - [`bundle`]: the memory-mapped model container: header, section table, checksums, atomic write.
 //!   It is the only module allowed `unsafe`.
+//! - [`rerank`]: the candidate-then-rerank stage shared by REFRAG and the OVA reranker, and the
+//!   OVA reranker's training on the search's hard negatives.
 //! - [`model`]: the request path: one immutable model over one bundle, validated at open,
 //!   answering `predict(query, options)`.
 //! - [`train`]: the trainer, composing the stage trainers into one bundle.
@@ -44,6 +46,7 @@ pub mod defrag;
 pub mod eval;
 pub mod linear;
 pub mod model;
+pub mod rerank;
 pub mod router;
 pub mod serve;
 pub mod sweep;

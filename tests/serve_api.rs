@@ -274,6 +274,53 @@ async fn batch_predicts_every_instance() {
     assert_eq!(v["model"]["version"], version);
 }
 
+/// A model with the OVA reranker reranks by default on the single and batch routes, says so in
+/// `stats.reranked`, and answers as the plain search with `rerank_ova: false`.
+#[tokio::test]
+async fn the_ova_reranker_is_on_every_route_and_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.xmcb");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
+    let mut ds = data::read_xc_file(&data).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let cfg = TrainConfig::load(
+        None,
+        &["max_leaf=60".to_string(), "rerank_model=ova".to_string()],
+    )
+    .unwrap();
+    train::train(&ds, &cfg, TrainInputs::default(), &Quiet)
+        .unwrap()
+        .write(&path)
+        .unwrap();
+    let state = AppState::new(serve_config(path, None)).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    let q = json!([[1, 1.0], [9, 0.5], [40, 0.25]]);
+    let (s, on) = call(
+        &state,
+        "POST",
+        "/v1/predict",
+        Some(json!({"features": q}).to_string()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{on}");
+    assert!(on["stats"]["reranked"].as_u64().unwrap() >= 5, "{on}");
+    let body = json!({"features": q, "rerank_ova": false}).to_string();
+    let (s, off) = call(&state, "POST", "/v1/predict", Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{off}");
+    assert_eq!(off["stats"]["reranked"], json!(0));
+    let body = json!({"instances": [{"features": q}, {"features": q, "rerank_ova": false}]});
+    let (s, v) = call(&state, "POST", "/v1/predict/batch", Some(body.to_string())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let preds = v["predictions"].as_array().unwrap();
+    assert_eq!(preds[0]["labels"], on["labels"]);
+    assert_eq!(preds[0]["stats"]["reranked"], on["stats"]["reranked"]);
+    assert_eq!(preds[1]["labels"], off["labels"]);
+    assert_eq!(preds[1]["stats"]["reranked"], json!(0));
+    let (_, doc) = call(&state, "GET", "/openapi.json", None).await;
+    let ova = &doc["components"]["schemas"]["PredictRequest"]["properties"]["rerank_ova"];
+    assert!(ova.get("enum").is_none(), "{ova}");
+}
+
 #[tokio::test]
 async fn every_error_has_its_code_and_shape() {
     let (_dir, state, _) = loaded_state(None).await;
@@ -348,6 +395,12 @@ async fn every_error_has_its_code_and_shape() {
             "POST",
             "/v1/predict",
             p(r#"{"features": [[1, 1.0]], "rerank": true}"#),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            p(r#"{"features": [[1, 1.0]], "rerank_ova": true}"#),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (
@@ -498,7 +551,7 @@ async fn info_routes_health_metrics_and_openapi() {
     assert_eq!(instances["maxItems"], json!(state.cfg.max_batch));
     // The test model has no DEFRAG stage, so neither option may be true.
     let props = &v["components"]["schemas"]["PredictRequest"]["properties"];
-    for option in ["rerank", "impute"] {
+    for option in ["rerank", "impute", "rerank_ova"] {
         assert_eq!(props[option]["enum"], json!([false, null]), "{option}");
     }
 }

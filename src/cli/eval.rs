@@ -49,7 +49,8 @@ pub struct EvalArgs {
     /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
     /// `deadline_us=N`, `k=N`, the number of labels the search looks for (default: the
     /// largest reported cut-off), `block_candidates=N` for BP models, and for DEFRAG models
-    /// `rerank=on|off`, `impute=on|off`, `candidates=N`, `rerank_alpha=A`, `rerank_gamma=G`.
+    /// `rerank=on|off`, `impute=on|off`, `candidates=N`, `rerank_alpha=A`, `rerank_gamma=G`,
+    /// and for models with an OVA reranker `rerank_ova=on|off`, `rerank_ova_alpha=A`.
     /// Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -82,6 +83,17 @@ fn print(report: &EvalReport, json: bool) -> anyhow::Result<()> {
         print!("{report}");
     }
     Ok(())
+}
+
+/// A number in [0, 1] given for option `key`.
+fn unit_interval(key: &str, value: &str) -> anyhow::Result<f32> {
+    let a: f32 = value
+        .parse()
+        .with_context(|| format!("`{key}`: `{value}` is not a number"))?;
+    if !(0.0..=1.0).contains(&a) {
+        bail!("`{key}` must be in [0, 1], got {a}");
+    }
+    Ok(a)
 }
 
 /// Parses `--set` prediction options; the search looks for `default_k` labels unless `k=N` says
@@ -154,14 +166,10 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
                 }
                 opts.candidates = Some(c);
             }
-            "rerank_alpha" => {
-                let a: f32 = value
-                    .parse()
-                    .with_context(|| format!("`rerank_alpha`: `{value}` is not a number"))?;
-                if !(0.0..=1.0).contains(&a) {
-                    bail!("`rerank_alpha` must be in [0, 1], got {a}");
-                }
-                opts.rerank_alpha = Some(a);
+            "rerank_alpha" => opts.rerank_alpha = Some(unit_interval("rerank_alpha", value)?),
+            "rerank_ova" => opts.rerank_ova = Some(on_off("rerank_ova", value)?),
+            "rerank_ova_alpha" => {
+                opts.rerank_ova_alpha = Some(unit_interval("rerank_ova_alpha", value)?);
             }
             "rerank_gamma" => {
                 let g: f32 = value
@@ -175,7 +183,8 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
             other => {
                 bail!(
                     "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k, \
-                     block_candidates, rerank, impute, candidates, rerank_alpha, rerank_gamma)"
+                     block_candidates, rerank, impute, candidates, rerank_alpha, rerank_gamma, \
+                     rerank_ova, rerank_ova_alpha)"
                 )
             }
         }

@@ -31,6 +31,10 @@ pub struct PredictArgs {
     /// The depth-aware early-stopping search (`false`: the level-wise beam search).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub early_stop: bool,
+    /// Further prediction options, as `xmc eval --set` takes them (`rerank_ova=on|off`,
+    /// `rerank=on|off`, `candidates=N`, ...). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// The prediction file to write: one line per point, `label:score ...`, best first.
     #[arg(long)]
     pub out: PathBuf,
@@ -42,10 +46,9 @@ pub fn run(args: PredictArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening model {}", args.model.display()))?;
     let ds = load_for_model(&args.data, args.format, &model, false)?;
     let options = PredictOptions {
-        k: args.k,
         beam: args.beam,
         early_stop: args.early_stop,
-        ..PredictOptions::default()
+        ..super::eval::predict_options(&args.set, args.k)?
     };
     let preds = predict_all(&model, &ds, &options).map_err(|(i, e)| {
         anyhow::anyhow!(e).context(format!("{} point {}", args.data.display(), i + 1))

@@ -3,6 +3,7 @@
 //! affinities. Everything it indexes with is checked in [`DefragView::validate`]; after that it
 //! allocates nothing and cannot index out of bounds.
 
+use crate::rerank::{LabelRows, LabelRowsError};
 use std::ops::Deref;
 use thiserror::Error;
 
@@ -99,12 +100,8 @@ pub struct DefragView<U, F> {
     pub sizes: U,
     /// Per input feature, the FIAT scale s_j.
     pub scale: Option<F>,
-    /// REFRAG prototype offsets (L + 1).
-    pub proto_start: Option<U>,
-    /// REFRAG prototype cluster ids.
-    pub proto_idx: Option<U>,
-    /// REFRAG prototype values.
-    pub proto_val: Option<F>,
+    /// REFRAG prototypes, one sparse row over the clusters per label.
+    pub protos: Option<LabelRows<U, F>>,
     /// Per feature, the weight it carries without imputation (1, or 1/|F_k| when averaging).
     plain: Vec<f32>,
     /// Per feature, the weight with FIAT imputation (the plain weight times s_j).
@@ -122,7 +119,7 @@ where
         map: U,
         sizes: U,
         scale: Option<F>,
-        protos: Option<(U, U, F)>,
+        protos: Option<LabelRows<U, F>>,
         n_features: usize,
         n_labels: usize,
         average: bool,
@@ -170,13 +167,9 @@ where
                 return Err(DefragViewError::NonFinite { array: "scale" });
             }
         }
-        let (proto_start, proto_idx, proto_val) = match protos {
-            Some((start, idx, val)) => {
-                check_prototypes(&start, &idx, &val, n_labels, k)?;
-                (Some(start), Some(idx), Some(val))
-            }
-            None => (None, None, None),
-        };
+        if let Some(rows) = &protos {
+            rows.check(n_labels, k).map_err(prototype_error)?;
+        }
         let plain: Vec<f32> = map
             .iter()
             .map(|&c| {
@@ -207,9 +200,7 @@ where
             map,
             sizes,
             scale,
-            proto_start,
-            proto_idx,
-            proto_val,
+            protos,
             plain,
             imputed,
         })
@@ -227,7 +218,7 @@ where
 
     /// Whether REFRAG prototypes are stored.
     pub fn has_prototypes(&self) -> bool {
-        self.proto_start.is_some()
+        self.protos.is_some()
     }
 
     /// Agglomerates a prepared query (ids valid and unique) in one pass over its non-zeros into
@@ -295,70 +286,37 @@ where
     }
 
     /// ⟨x, ξ_label⟩ for the agglomerated query held densely in `dense`, or 0 without prototypes.
-    /// `label` must be below the label count the view was validated with.
     pub fn affinity(&self, label: u32, dense: &[f32]) -> f32 {
-        let (Some(start), Some(idx), Some(val)) =
-            (&self.proto_start, &self.proto_idx, &self.proto_val)
-        else {
-            return 0.0;
-        };
-        let l = label as usize;
-        let range = start[l] as usize..start[l + 1] as usize;
-        idx[range.clone()]
-            .iter()
-            .zip(&val[range])
-            .map(|(&c, &v)| v * dense[c as usize])
-            .sum()
+        self.protos.as_ref().map_or(0.0, |p| p.dot(label, dense))
     }
 }
 
-fn check_prototypes(
-    start: &[u32],
-    idx: &[u32],
-    val: &[f32],
-    n_labels: usize,
-    n_clusters: usize,
-) -> Result<(), DefragViewError> {
-    if start.len() != n_labels + 1 {
-        return Err(DefragViewError::Length {
-            array: "prototype offsets",
-            got: start.len(),
-            want: n_labels + 1,
-        });
-    }
-    if idx.len() != val.len() {
-        return Err(DefragViewError::Length {
+/// A prototype check's failure as this view's error.
+fn prototype_error(e: LabelRowsError) -> DefragViewError {
+    match e {
+        LabelRowsError::Length { array, got, want } => DefragViewError::Length {
+            array: if array == "row offsets" {
+                "prototype offsets"
+            } else {
+                "prototype values"
+            },
+            got,
+            want,
+        },
+        LabelRowsError::Offsets { label } => DefragViewError::ProtoOffsets { label },
+        LabelRowsError::Index {
+            label,
+            index,
+            n_cols,
+        } => DefragViewError::ProtoIndex {
+            label,
+            index,
+            n_clusters: n_cols,
+        },
+        LabelRowsError::NonFinite => DefragViewError::NonFinite {
             array: "prototype values",
-            got: val.len(),
-            want: idx.len(),
-        });
+        },
     }
-    if start[0] != 0 || start[n_labels] as usize != idx.len() {
-        return Err(DefragViewError::ProtoOffsets { label: 0 });
-    }
-    for label in 0..n_labels {
-        let (a, b) = (start[label] as usize, start[label + 1] as usize);
-        if a > b || b > idx.len() {
-            return Err(DefragViewError::ProtoOffsets { label });
-        }
-        let mut prev: Option<u32> = None;
-        for &c in &idx[a..b] {
-            if c as usize >= n_clusters || prev.is_some_and(|p| p >= c) {
-                return Err(DefragViewError::ProtoIndex {
-                    label,
-                    index: c,
-                    n_clusters,
-                });
-            }
-            prev = Some(c);
-        }
-    }
-    if val.iter().any(|v| !v.is_finite()) {
-        return Err(DefragViewError::NonFinite {
-            array: "prototype values",
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -372,7 +330,7 @@ mod tests {
             vec![0, 1, 0, 1],
             vec![2, 2],
             Some(vec![1.0, 2.0, 3.0, 4.0]),
-            protos,
+            protos.map(|(start, idx, val)| LabelRows { start, idx, val }),
             4,
             2,
             false,

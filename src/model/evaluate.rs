@@ -53,6 +53,7 @@ pub fn evaluate_model(
     let mut out = Prediction::default();
     let mut labels = Vec::with_capacity(k);
     let mut times = Vec::with_capacity(ds.n_points());
+    let mut reranked = 0u64;
     for i in 0..ds.n_points() {
         let (idx, val) = ds.feature_row(i);
         let start = Instant::now();
@@ -60,6 +61,7 @@ pub fn evaluate_model(
             .predict_into(idx, val, &opts, &mut scratch, &mut out)
             .map_err(|e| (i, e))?;
         times.push(start.elapsed().as_secs_f64() * 1e6);
+        reranked += u64::from(out.reranked);
         labels.clear();
         labels.extend(out.labels.iter().map(|l| l.0));
         evaluator.add(
@@ -80,6 +82,9 @@ pub fn evaluate_model(
     if n > 0 {
         let pct = |p: f64| times[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
         let mean = times.iter().sum::<f64>() / n as f64;
+        report
+            .metrics
+            .insert("reranked_mean".into(), (reranked as f64 / n as f64).into());
         report.metrics.insert("latency_us_mean".into(), mean.into());
         report
             .metrics

@@ -20,7 +20,8 @@ pub use query::QueryError;
 use crate::bundle::{Bundle, Dtype, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
-use crate::linear::Loss;
+use crate::linear::{Loss, score_to_log_prob};
+use crate::rerank::{LabelRows, LabelRowsError, OvaScorers, ova_section};
 use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
     block_labels_section, block_tree_prefix,
@@ -59,6 +60,12 @@ pub enum ModelError {
         /// What is wrong.
         source: DefragViewError,
     },
+    /// The OVA reranker's sections are inconsistent or missing.
+    #[error("OVA reranker sections: {0}")]
+    Rerank(#[from] LabelRowsError),
+    /// The metadata asks for a reranker whose sections the bundle lacks.
+    #[error("the metadata says rerank_model = ova, but the bundle has no {0} section")]
+    RerankMissing(String),
     /// The text vectorizer's sections are inconsistent.
     #[error("text vectorizer: {0}")]
     Text(#[from] crate::text::TextViewError),
@@ -86,7 +93,8 @@ pub struct Scratch {
     /// With REFRAG, every member's agglomerated query, kept from the tree search for the
     /// rerank.
     kept: KeptQueries,
-    /// Per candidate, the summed REFRAG affinity over the members.
+    /// Per candidate, a reranker's log-score (for REFRAG, first the summed affinity over the
+    /// members).
     affinity: Vec<f32>,
 }
 
@@ -169,6 +177,7 @@ pub struct Model {
     trees: Vec<MappedTree>,
     bp: Option<MappedBp>,
     defrag: Vec<MappedDefrag>,
+    ova: Option<MappedOva>,
     label_names: LazyNames,
     feature_names: LazyNames,
     train_counts: Section<u32>,
@@ -188,6 +197,39 @@ impl std::fmt::Debug for Model {
 
 /// The BP stage over memory-mapped sections.
 pub type MappedBp = BpArrays<Section<u32>, Section<f32>, MappedOuts>;
+
+/// The OVA reranker's scorers as memory-mapped bundle sections.
+pub type MappedOva = OvaScorers<Section<u32>, Section<f32>>;
+
+/// The OVA reranker's sections, when the bundle has them, checked in O(1) (each scorer's
+/// offsets and columns are bounds-checked as they are read) or, when `deep`, in full.
+fn load_ova(
+    bundle: &Bundle,
+    meta: &ModelMeta,
+    deep: bool,
+) -> Result<Option<MappedOva>, ModelError> {
+    let start = ova_section("start");
+    if bundle.section(&start).is_none() {
+        if meta.config.rerank.on() {
+            return Err(ModelError::RerankMissing(start));
+        }
+        return Ok(None);
+    }
+    let ova = OvaScorers {
+        rows: LabelRows {
+            start: bundle.u32s(&start)?,
+            idx: bundle.u32s(&ova_section("idx"))?,
+            val: bundle.f32s(&ova_section("val"))?,
+        },
+        bias: bundle.f32s(&ova_section("bias"))?,
+    };
+    if deep {
+        ova.check(meta.n_labels, meta.n_features)?;
+    } else {
+        ova.check_lengths(meta.n_labels)?;
+    }
+    Ok(Some(ova))
+}
 
 /// One member's DEFRAG arrays as memory-mapped bundle sections.
 pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
@@ -342,6 +384,9 @@ impl Model {
         if let Some(bp) = &self.bp {
             bp.validate(self.meta.n_labels, self.meta.n_features)?;
         }
+        if let Some(ova) = &self.ova {
+            ova.check(self.meta.n_labels, self.meta.n_features)?;
+        }
         self.label_names.read(&self.bundle)?;
         self.feature_names.read(&self.bundle)?;
         if let Some(text) = &self.text {
@@ -375,11 +420,11 @@ impl Model {
                     None
                 };
                 let protos = if dp.refrag {
-                    Some((
-                        r("start")?,
-                        r("idx")?,
-                        bundle.f32s(&refrag_section(t, "val"))?,
-                    ))
+                    Some(LabelRows {
+                        start: r("start")?,
+                        idx: r("idx")?,
+                        val: bundle.f32s(&refrag_section(t, "val"))?,
+                    })
                 } else {
                     None
                 };
@@ -405,6 +450,7 @@ impl Model {
             .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
+        let ova = load_ova(&bundle, &meta, deep)?;
         let label_names = LazyNames::new(meta.has_label_names, "label_names", meta.n_labels);
         let feature_names =
             LazyNames::new(meta.has_feature_names, "feature_names", meta.n_features);
@@ -438,6 +484,7 @@ impl Model {
             trees,
             bp,
             defrag,
+            ova,
             label_names,
             feature_names,
             train_counts,
@@ -469,6 +516,16 @@ impl Model {
     /// Whether the model has REFRAG prototypes, which `rerank` needs.
     pub fn can_rerank(&self) -> bool {
         self.defrag.first().is_some_and(|v| v.has_prototypes())
+    }
+
+    /// Whether the model has OVA reranker scorers, which `rerank_ova` needs.
+    pub fn can_rerank_ova(&self) -> bool {
+        self.ova.is_some()
+    }
+
+    /// The OVA reranker's scorers, when the model has them.
+    pub fn ova(&self) -> Option<&MappedOva> {
+        self.ova.as_ref()
     }
 
     /// Whether the model has FIAT scales, which `impute` needs.
@@ -512,12 +569,20 @@ impl Model {
             .deadline_us
             .map(|us| Instant::now() + Duration::from_micros(us));
         let dp = &self.meta.config.defrag;
+        let rp = &self.meta.config.rerank;
         let rerank = options.rerank.unwrap_or(dp.refrag);
+        let rerank_ova = options.rerank_ova.unwrap_or(rp.on());
         let impute = options.impute.unwrap_or(dp.fiat);
         if rerank && !self.can_rerank() {
             return Err(QueryError::Unavailable {
                 option: "rerank",
                 stage: "REFRAG prototypes",
+            });
+        }
+        if rerank_ova && !self.can_rerank_ova() {
+            return Err(QueryError::Unavailable {
+                option: "rerank_ova",
+                stage: "OVA reranker",
             });
         }
         if impute && !self.can_impute() {
@@ -526,6 +591,15 @@ impl Model {
                 stage: "FIAT scales",
             });
         }
+        let stage = RerankStage {
+            refrag: rerank.then(|| {
+                (
+                    options.rerank_alpha.unwrap_or(dp.alpha),
+                    options.rerank_gamma.unwrap_or(dp.gamma_r),
+                )
+            }),
+            ova: rerank_ova.then(|| options.rerank_ova_alpha.unwrap_or(rp.alpha)),
+        };
         query::prepare(
             idx,
             val,
@@ -540,10 +614,17 @@ impl Model {
         }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
-        let search_k = if rerank {
-            options.k.max(options.candidates.unwrap_or(dp.candidates))
-        } else {
-            options.k
+        // The stage's candidates: the most any reranker on asks for, unless the request says.
+        let wanted = [
+            stage.refrag.map(|_| dp.candidates),
+            stage.ova.map(|_| rp.candidates),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        let search_k = match wanted {
+            Some(c) => options.k.max(options.candidates.unwrap_or(c)),
+            None => options.k,
         };
         let limits = SearchLimits {
             k: search_k,
@@ -625,11 +706,7 @@ impl Model {
             );
         }
         average_over_trees(&mut scratch.merged, self.trees.len());
-        if rerank {
-            let alpha = options.rerank_alpha.unwrap_or(dp.alpha);
-            let gamma = options.rerank_gamma.unwrap_or(dp.gamma_r);
-            self.rerank(alpha, gamma, scratch);
-        }
+        out.reranked = self.rerank_stage(&stage, scratch);
         top_k(&mut scratch.merged, options.k, out);
         out.nodes_evaluated = nodes;
         out.outputs_evaluated = outputs;
@@ -639,11 +716,45 @@ impl Model {
         Ok(())
     }
 
-    /// REFRAG: replaces each merged candidate's probability b_l by
-    /// exp(α·log b_l + (1−α)·log a_l), log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over
-    /// the members (each compares its own agglomerated query, kept by the tree search, with its
-    /// own prototype).
-    fn rerank(&self, alpha: f32, gamma: f32, scratch: &mut Scratch) {
+    /// The candidate-then-rerank stage: every reranker `stage` turns on rescores the merged
+    /// candidates in turn, REFRAG then OVA, each through [`crate::rerank::mix`]. Returns the
+    /// candidates rescored (per reranker).
+    fn rerank_stage(&self, stage: &RerankStage, scratch: &mut Scratch) -> u32 {
+        let mut reranked = 0u32;
+        let n = u32::try_from(scratch.merged.len()).unwrap_or(u32::MAX);
+        if let Some((alpha, gamma)) = stage.refrag {
+            self.refrag_scores(gamma, scratch);
+            crate::rerank::mix(&mut scratch.merged, &scratch.affinity, alpha);
+            reranked = reranked.saturating_add(n);
+        }
+        if let (Some(alpha), Some(ova)) = (stage.ova, &self.ova) {
+            let Scratch {
+                dense,
+                q_idx,
+                q_val,
+                merged,
+                affinity,
+                ..
+            } = scratch;
+            scatter(dense, q_idx, q_val);
+            let loss = self.meta.loss;
+            affinity.clear();
+            affinity.extend(
+                merged
+                    .iter()
+                    .map(|c| score_to_log_prob(loss, ova.score(c.0, dense))),
+            );
+            unscatter(dense, q_idx);
+            crate::rerank::mix(merged, affinity, alpha);
+            reranked = reranked.saturating_add(n);
+        }
+        reranked
+    }
+
+    /// REFRAG's log-score of each merged candidate into `scratch.affinity`:
+    /// log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over the members (each compares its
+    /// own agglomerated query, kept by the tree search, with its own prototype).
+    fn refrag_scores(&self, gamma: f32, scratch: &mut Scratch) {
         scratch.affinity.clear();
         scratch.affinity.resize(scratch.merged.len(), 0.0);
         debug_assert_eq!(scratch.kept.len(), self.defrag.len());
@@ -655,10 +766,8 @@ impl Model {
             unscatter(&mut scratch.dense, qi);
         }
         let inv = 1.0 / self.defrag.len().max(1) as f32;
-        for (c, &a) in scratch.merged.iter_mut().zip(&scratch.affinity) {
-            let log_a = -gamma * (1.0 - a * inv);
-            let log_b = c.1.max(f32::MIN_POSITIVE).ln();
-            c.1 = (alpha * log_b + (1.0 - alpha) * log_a).exp();
+        for a in scratch.affinity.iter_mut() {
+            *a = -gamma * (1.0 - *a * inv);
         }
     }
 
@@ -693,6 +802,15 @@ impl Model {
     pub fn loss(&self) -> Loss {
         self.meta.loss
     }
+}
+
+/// Which rerankers a prediction applies, with their settings.
+#[derive(Clone, Copy, Debug)]
+struct RerankStage {
+    /// REFRAG's (α, γ_r), when on.
+    refrag: Option<(f32, f32)>,
+    /// The OVA reranker's α, when on.
+    ova: Option<f32>,
 }
 
 /// Writes a sparse query into the dense scratch vector (its ids are below the vector's length).

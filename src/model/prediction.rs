@@ -30,6 +30,11 @@ pub struct PredictOptions {
     pub rerank_alpha: Option<f32>,
     /// REFRAG's γ_r for this request (`None`: the model's).
     pub rerank_gamma: Option<f32>,
+    /// OVA reranking of the search's candidates (`None`: the model's default).
+    pub rerank_ova: Option<bool>,
+    /// The OVA reranker's α for this request: the weight of the search's log-probability
+    /// (`None`: the model's).
+    pub rerank_ova_alpha: Option<f32>,
 }
 
 impl Default for PredictOptions {
@@ -45,6 +50,8 @@ impl Default for PredictOptions {
             candidates: None,
             rerank_alpha: None,
             rerank_gamma: None,
+            rerank_ova: None,
+            rerank_ova_alpha: None,
         }
     }
 }
@@ -68,6 +75,9 @@ pub struct Prediction {
     /// Classifiers evaluated: every output of every node evaluated (with BP: the q router
     /// outputs too). For a flat model, the labels scored.
     pub outputs_evaluated: u32,
+    /// Candidates rescored by a reranker (REFRAG or OVA; one count per candidate and reranker),
+    /// 0 without reranking.
+    pub reranked: u32,
     /// With BP, the blocks searched, best first (empty without BP).
     pub blocks: Vec<u32>,
     /// Whether the early-stopping bound cut the search short in every tree.

@@ -154,6 +154,8 @@ pub struct PredictRequest {
     rerank: Option<bool>,
     /// FIAT imputation (default: the model's); refused by a model without FIAT scales.
     impute: Option<bool>,
+    /// OVA reranking (default: the model's); refused by a model without an OVA reranker.
+    rerank_ova: Option<bool>,
     /// BP models: how many of the router's best blocks to search (default 1; more than q
     /// searches all). Ignored by a model without BP.
     block_candidates: Option<JsonInt>,
@@ -269,6 +271,8 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
             candidates: None,
             rerank_alpha: None,
             rerank_gamma: None,
+            rerank_ova: req.rerank_ova,
+            rerank_ova_alpha: None,
         },
     ))
 }
@@ -354,6 +358,7 @@ struct Stats<'a> {
     block: Option<u32>,
     blocks: &'a [u32],
     classifiers_evaluated: u32,
+    reranked: u32,
     early_stopped: bool,
     beam_capped: bool,
     deadline_hit: bool,
@@ -448,6 +453,7 @@ fn predict_vector(
                 block: out.blocks.first().copied(),
                 blocks: &out.blocks,
                 classifiers_evaluated: out.outputs_evaluated,
+                reranked: out.reranked,
                 early_stopped: out.early_stopped,
                 beam_capped: out.beam_capped,
                 deadline_hit: out.deadline_hit,
@@ -662,7 +668,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /openapi.json`: the repository's document with this server's limits written in (`k` at
 /// most `max_k`, batches of at most `max_batch`, feature ids below the serving model's feature
-/// count, `rerank` and `impute` only false when the serving model lacks them, `text` only for a
+/// count, `rerank`, `rerank_ova` and `impute` only false when the serving model lacks them, `text` only for a
 /// model with a vectorizer), so that a client generated from it, or a schema-based tester, knows
 /// them.
 pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
@@ -697,6 +703,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
                 for (option, available) in [
                     ("rerank", model.can_rerank()),
                     ("impute", model.can_impute()),
+                    ("rerank_ova", model.can_rerank_ova()),
                 ] {
                     let at = format!("{props}/{option}");
                     if let (false, Some(o)) = (

@@ -9,7 +9,9 @@ use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig, WeightFormat};
 use crate::data::{Dataset, LabelId, SparseMatrix};
 use crate::defrag::train::DefragArrays;
-use crate::model::{Created, MODEL_FORMAT, ModelMeta, defrag_section, refrag_section};
+use crate::model::{Created, MODEL_FORMAT, Model, ModelMeta, defrag_section, refrag_section};
+use crate::rerank::train::{OvaArrays, RerankTrainError};
+use crate::rerank::{RerankModel, ova_section};
 use crate::router::BpArrays;
 use crate::text::Fitted;
 use crate::tree::TreeError;
@@ -48,6 +50,12 @@ pub enum TrainError {
     /// The BP stage failed.
     #[error("BP: {0}")]
     Bp(String),
+    /// The OVA reranker could not be trained.
+    #[error("OVA reranker: {0}")]
+    Rerank(#[from] RerankTrainError),
+    /// The model could not be opened to search the training points for the reranker.
+    #[error("opening the trained model for the reranker: {0}")]
+    Open(String),
     /// The DEFRAG feature clustering failed.
     #[error("tree {tree}: DEFRAG feature clustering: {source}")]
     Defrag {
@@ -84,6 +92,8 @@ pub struct Trained {
     pub bp: Option<BpArrays<Vec<u32>, Vec<f32>>>,
     /// Per tree, its DEFRAG arrays (empty when DEFRAG is off).
     pub defrag: Vec<DefragArrays>,
+    /// The OVA reranker's scorers, when `rerank_model = "ova"`.
+    pub rerank: Option<OvaArrays>,
     /// Training-set count of each label (for propensities and rare-label handling).
     pub label_counts: Vec<u32>,
     /// Label names, when known.
@@ -108,6 +118,7 @@ impl Trained {
             self.meta.config.weights,
         )?;
         add_defrag(&mut w, &self.defrag)?;
+        add_rerank(&mut w, self.rerank.as_ref())?;
         add_names(
             &mut w,
             self.label_names.as_deref(),
@@ -216,15 +227,6 @@ pub fn train(
         )?;
     }
     let label_counts = label_counts(ds);
-    let bp_arrays = bp.as_ref().map(|b| &b.arrays);
-    let version = content_hash(
-        &trees,
-        bp_arrays,
-        &defrag,
-        &label_counts,
-        &inputs,
-        cfg.weights,
-    )?;
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
         name: if cfg.name.is_empty() {
@@ -232,7 +234,8 @@ pub fn train(
         } else {
             cfg.name.clone()
         },
-        version,
+        // Set below, once every section is known.
+        version: String::new(),
         n_features: ds.n_features(),
         n_labels: ds.n_labels(),
         trees: cfg.trees,
@@ -259,16 +262,61 @@ pub fn train(
             seconds,
         },
     };
-    Ok(Trained {
+    let mut trained = Trained {
         trees,
         bp: bp.map(|b| b.arrays),
         defrag,
+        rerank: None,
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
         text: inputs.text,
         meta,
-    })
+    };
+    if cfg.rerank.on() {
+        let start = Instant::now();
+        trained.rerank = Some(train_rerank(&mut trained, ds, cfg, progress)?);
+        trained
+            .meta
+            .created
+            .seconds
+            .insert("rerank".into(), start.elapsed().as_secs_f64().into());
+    }
+    trained.meta.version = content_hash(&trained)?;
+    Ok(trained)
+}
+
+/// The OVA reranker of `trained` (whose reranker is not yet set): the model is opened in memory,
+/// its search run over the training points, and one scorer trained per label on its hard
+/// negatives ([`crate::rerank::train`]).
+fn train_rerank(
+    trained: &mut Trained,
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    progress: &dyn Progress,
+) -> Result<OvaArrays, TrainError> {
+    // The model without its reranker: its metadata must not ask for the missing sections.
+    trained.meta.config.rerank.model = RerankModel::Off;
+    let bytes = trained.to_bytes();
+    trained.meta.config.rerank.model = cfg.rerank.model;
+    let bundle = crate::bundle::Bundle::from_bytes(&bytes?)?;
+    let model =
+        Model::from_bundle_structure(bundle).map_err(|e| TrainError::Open(e.to_string()))?;
+    progress.phase("reranker candidates", 1);
+    let cands = crate::rerank::train::candidates(&model, ds, cfg.rerank.candidates)?;
+    progress.step();
+    drop(model);
+    progress.phase("reranker scorers", ds.n_labels() as u64);
+    let solver = crate::linear::SolverParams {
+        seed: crate::cluster::derive_seed(cfg.seed, 0x0FA_5C0E),
+        ..cfg.solver
+    };
+    Ok(crate::rerank::train::train_scorers(
+        ds,
+        &cands,
+        &solver,
+        &|| progress.step(),
+    )?)
 }
 
 /// The label trees of a model without BP: every member's partition, then every member's
@@ -671,6 +719,17 @@ fn add_defrag<'a>(w: &mut BundleWriter<'a>, defrag: &'a [DefragArrays]) -> Resul
     Ok(())
 }
 
+/// Adds the OVA reranker's sections (none without one, so such bundles are unchanged).
+fn add_rerank<'a>(w: &mut BundleWriter<'a>, ova: Option<&'a OvaArrays>) -> Result<(), FormatError> {
+    if let Some(o) = ova {
+        w.add_u32(&ova_section("start"), &o.rows.start)?;
+        w.add_u32(&ova_section("idx"), &o.rows.idx)?;
+        w.add_f32(&ova_section("val"), &o.rows.val)?;
+        w.add_f32(&ova_section("bias"), &o.bias)?;
+    }
+    Ok(())
+}
+
 /// The reproducible clustering statistics of one member, for `tree_stats`.
 fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
     // Prototypes in the input space would hold every feature of every cluster they touch.
@@ -702,23 +761,19 @@ fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
 }
 
 /// The model's version: a content hash of every section but `meta`.
-fn content_hash(
-    trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
-    bp: Option<&BpArrays<Vec<u32>, Vec<f32>>>,
-    defrag: &[DefragArrays],
-    label_counts: &[u32],
-    inputs: &TrainInputs,
-    weights: WeightFormat,
-) -> Result<String, FormatError> {
+fn content_hash(t: &Trained) -> Result<String, FormatError> {
     let mut w = BundleWriter::new();
-    add_arrays(&mut w, trees, bp, label_counts, weights)?;
-    add_defrag(&mut w, defrag)?;
-    add_names(
+    add_arrays(
         &mut w,
-        inputs.label_names.as_deref(),
-        inputs.feature_names.as_deref(),
+        &t.trees,
+        t.bp.as_ref(),
+        &t.label_counts,
+        t.meta.config.weights,
     )?;
-    add_text(&mut w, inputs.text.as_ref())?;
+    add_defrag(&mut w, &t.defrag)?;
+    add_rerank(&mut w, t.rerank.as_ref())?;
+    add_names(&mut w, t.label_names.as_deref(), t.feature_names.as_deref())?;
+    add_text(&mut w, t.text.as_ref())?;
     let mut hasher = HashWriter(Sha256::new());
     w.write_to(&mut hasher)?;
     let digest = hasher.0.finalize();

@@ -1,0 +1,186 @@
+//! Training the OVA reranker on the search's own hard negatives.
+//!
+//! The trained model (trees, DEFRAG, BP: whatever it is) is opened in memory and its search run
+//! over every training point with k = `candidates` ([`candidates`]). Then each label l gets one
+//! sparse linear classifier ([`train_scorers`]) over the input features, trained by the PPDSparse
+//! solver (with its pruning) on the points that have l (positives) and the points whose search
+//! proposed l without having it (negatives). Labels are independent problems, solved in parallel
+//! with rayon; each label's solver seed is derived from the model's seed and the label, so the
+//! result does not depend on the schedule.
+
+use super::{LabelRows, OvaScorers};
+use crate::cluster::derive_seed;
+use crate::data::Dataset;
+use crate::linear::{SolverError, SolverParams, train_columns};
+use crate::model::{Model, PredictOptions, Prediction, QueryError, Scratch};
+use crate::tree::train::select_rows_compact;
+use rayon::prelude::*;
+use thiserror::Error;
+
+/// The reranker's arrays as built, before they are written.
+pub type OvaArrays = OvaScorers<Vec<u32>, Vec<f32>>;
+
+/// Why the reranker could not be trained.
+#[derive(Debug, Error)]
+pub enum RerankTrainError {
+    /// The search refused a training point.
+    #[error("searching training point {point}: {source}")]
+    Search {
+        /// The point (its row in the training data).
+        point: usize,
+        /// Why.
+        source: QueryError,
+    },
+    /// The solver refused a label's problem.
+    #[error("label {label}: {source}")]
+    Solver {
+        /// The label.
+        label: usize,
+        /// Why.
+        source: SolverError,
+    },
+    /// The scorers hold more weights than `u32` offsets address.
+    #[error("the reranker's scorers hold more than u32::MAX weights")]
+    TooLarge,
+}
+
+/// Each training point's top `c` labels by `model`'s search, every reranker off (so the
+/// candidates are the search's alone), as sorted label ids.
+pub fn candidates(
+    model: &Model,
+    ds: &Dataset,
+    c: usize,
+) -> Result<Vec<Vec<u32>>, RerankTrainError> {
+    let options = PredictOptions {
+        k: c,
+        rerank: Some(false),
+        rerank_ova: Some(false),
+        ..PredictOptions::default()
+    };
+    (0..ds.n_points())
+        .into_par_iter()
+        .map_init(
+            || (Scratch::default(), Prediction::default()),
+            |(scratch, out), i| {
+                let (idx, val) = ds.feature_row(i);
+                model
+                    .predict_into(idx, val, &options, scratch, out)
+                    .map_err(|source| RerankTrainError::Search { point: i, source })?;
+                let mut labels: Vec<u32> = out.labels.iter().map(|l| l.0).collect();
+                labels.sort_unstable();
+                Ok(labels)
+            },
+        )
+        .collect()
+}
+
+/// The points of each label, ascending: the transpose of `rows` (each a sorted list of labels
+/// below `n_labels`).
+fn points_per_label<'a>(rows: impl Iterator<Item = &'a [u32]>, n_labels: usize) -> Vec<Vec<u32>> {
+    let mut out = vec![Vec::new(); n_labels];
+    for (i, labels) in rows.enumerate() {
+        for &l in labels {
+            if let Some(points) = out.get_mut(l as usize) {
+                points.push(i as u32);
+            }
+        }
+    }
+    out
+}
+
+/// The union of two ascending lists, and the positions in it of the first list's elements.
+fn union_with_positions(pos: &[u32], other: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let mut rows = Vec::with_capacity(pos.len() + other.len());
+    let mut at = Vec::with_capacity(pos.len());
+    let (mut a, mut b) = (0, 0);
+    while a < pos.len() || b < other.len() {
+        let take_pos = b >= other.len() || (a < pos.len() && pos[a] <= other[b]);
+        if take_pos {
+            if b < other.len() && other[b] == pos[a] {
+                b += 1;
+            }
+            at.push(rows.len() as u32);
+            rows.push(pos[a]);
+            a += 1;
+        } else {
+            rows.push(other[b]);
+            b += 1;
+        }
+    }
+    (rows, at)
+}
+
+/// Trains one scorer per label of `ds` on its positives against the points whose candidates
+/// (`cands`, per point) hold it but which do not have it. A label with neither positives nor
+/// such points gets no weights and bias 0. Calls `on_label_done` after each label.
+pub fn train_scorers(
+    ds: &Dataset,
+    cands: &[Vec<u32>],
+    solver: &SolverParams,
+    on_label_done: &(dyn Fn() + Sync),
+) -> Result<OvaArrays, RerankTrainError> {
+    let n_labels = ds.n_labels();
+    let positives = points_per_label((0..ds.n_points()).map(|i| ds.label_row(i)), n_labels);
+    let proposers = points_per_label(cands.iter().map(Vec::as_slice), n_labels);
+    let columns: Vec<(Vec<u32>, Vec<f32>, f32)> = (0..n_labels)
+        .into_par_iter()
+        .map(|l| {
+            let (rows, pos) = union_with_positions(&positives[l], &proposers[l]);
+            let col = if rows.is_empty() {
+                (Vec::new(), Vec::new(), 0.0)
+            } else {
+                let (x, features) = select_rows_compact(&ds.features, &rows);
+                let params = SolverParams {
+                    seed: derive_seed(solver.seed, l as u64),
+                    ..*solver
+                };
+                let mut cols = train_columns(&x, &[pos], &params)
+                    .map_err(|source| RerankTrainError::Solver { label: l, source })?;
+                let c = cols.pop().unwrap_or_default();
+                let idx = c.indices.iter().map(|&j| features[j as usize]).collect();
+                (idx, c.values, c.bias)
+            };
+            on_label_done();
+            Ok(col)
+        })
+        .collect::<Result<_, RerankTrainError>>()?;
+    let mut start = Vec::with_capacity(n_labels + 1);
+    start.push(0u32);
+    let nnz: usize = columns.iter().map(|c| c.0.len()).sum();
+    let (mut idx, mut val) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
+    let mut bias = Vec::with_capacity(n_labels);
+    for (i, v, b) in columns {
+        idx.extend_from_slice(&i);
+        val.extend_from_slice(&v);
+        bias.push(b);
+        start.push(u32::try_from(idx.len()).map_err(|_| RerankTrainError::TooLarge)?);
+    }
+    Ok(OvaScorers {
+        rows: LabelRows { start, idx, val },
+        bias,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn union_marks_the_positives() {
+        assert_eq!(
+            union_with_positions(&[1, 4, 9], &[0, 4, 5, 10]),
+            (vec![0, 1, 4, 5, 9, 10], vec![1, 2, 4])
+        );
+        assert_eq!(union_with_positions(&[], &[3]), (vec![3], vec![]));
+        assert_eq!(union_with_positions(&[2], &[]), (vec![2], vec![0]));
+    }
+
+    #[test]
+    fn transpose_lists_points_in_order() {
+        let rows: [&[u32]; 3] = [&[0, 2], &[2], &[1, 2]];
+        assert_eq!(
+            points_per_label(rows.into_iter(), 3),
+            vec![vec![0], vec![2], vec![0, 1, 2]]
+        );
+    }
+}
