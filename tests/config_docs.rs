@@ -1,6 +1,8 @@
 //! `docs/configuration.md` lists every train and serve key, and no key that does not exist: the
 //! key tables are checked against the keys derived from the settings structs, both ways.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use xmc::config::TrainConfig;
 use xmc::serve::ServeConfig;

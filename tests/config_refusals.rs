@@ -1,6 +1,8 @@
 //! Bad settings are refused with the key named, and where they came from: an unknown key, a bad
 //! value, and a bad environment variable, for train and for serve settings.
 
+#![allow(clippy::unwrap_used)]
+
 use xmc::config::TrainConfig;
 use xmc::serve::ServeConfig;
 

@@ -100,8 +100,10 @@ mod tests {
         assert!(err.to_string().contains("`text.min_dff`"), "{err}");
         let err = load("text.max_df=true").unwrap_err();
         assert!(err.to_string().contains("`text.max_df`"), "{err}");
-        let mut c = TextConfig::default();
-        c.max_df = 1.5;
+        let c = TextConfig {
+            max_df: 1.5,
+            ..TextConfig::default()
+        };
         let err = c.validate().unwrap_err();
         assert!(err.to_string().contains("`text.max_df`"), "{err}");
         let err = serde_json::from_str::<TextConfig>(r#"{"ngram": 2}"#).unwrap_err();
