@@ -11,6 +11,7 @@ mod meta;
 mod names;
 mod prediction;
 mod query;
+mod stage;
 
 pub use meta::{Created, MODEL_FORMAT, ModelMeta};
 pub use names::Names;
@@ -20,7 +21,7 @@ pub use query::QueryError;
 use crate::bundle::{Bundle, Dtype, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
-use crate::linear::{Loss, score_to_log_prob};
+use crate::linear::Loss;
 use crate::rerank::{LabelRows, LabelRowsError, OvaScorers, ova_section};
 use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
@@ -568,38 +569,8 @@ impl Model {
         let deadline = options
             .deadline_us
             .map(|us| Instant::now() + Duration::from_micros(us));
-        let dp = &self.meta.config.defrag;
-        let rp = &self.meta.config.rerank;
-        let rerank = options.rerank.unwrap_or(dp.refrag);
-        let rerank_ova = options.rerank_ova.unwrap_or(rp.on());
-        let impute = options.impute.unwrap_or(dp.fiat);
-        if rerank && !self.can_rerank() {
-            return Err(QueryError::Unavailable {
-                option: "rerank",
-                stage: "REFRAG prototypes",
-            });
-        }
-        if rerank_ova && !self.can_rerank_ova() {
-            return Err(QueryError::Unavailable {
-                option: "rerank_ova",
-                stage: "OVA reranker",
-            });
-        }
-        if impute && !self.can_impute() {
-            return Err(QueryError::Unavailable {
-                option: "impute",
-                stage: "FIAT scales",
-            });
-        }
-        let stage = RerankStage {
-            refrag: rerank.then(|| {
-                (
-                    options.rerank_alpha.unwrap_or(dp.alpha),
-                    options.rerank_gamma.unwrap_or(dp.gamma_r),
-                )
-            }),
-            ova: rerank_ova.then(|| options.rerank_ova_alpha.unwrap_or(rp.alpha)),
-        };
+        let (stage, impute) = self.stage_for(options)?;
+        let rerank = stage.refrag.is_some();
         query::prepare(
             idx,
             val,
@@ -614,18 +585,7 @@ impl Model {
         }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
-        // The stage's candidates: the most any reranker on asks for, unless the request says.
-        let wanted = [
-            stage.refrag.map(|_| dp.candidates),
-            stage.ova.map(|_| rp.candidates),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        let search_k = match wanted {
-            Some(c) => options.k.max(options.candidates.unwrap_or(c)),
-            None => options.k,
-        };
+        let search_k = self.search_k(&stage, options);
         let limits = SearchLimits {
             k: search_k,
             beam,
@@ -716,61 +676,6 @@ impl Model {
         Ok(())
     }
 
-    /// The candidate-then-rerank stage: every reranker `stage` turns on rescores the merged
-    /// candidates in turn, REFRAG then OVA, each through [`crate::rerank::mix`]. Returns the
-    /// candidates rescored (per reranker).
-    fn rerank_stage(&self, stage: &RerankStage, scratch: &mut Scratch) -> u32 {
-        let mut reranked = 0u32;
-        let n = u32::try_from(scratch.merged.len()).unwrap_or(u32::MAX);
-        if let Some((alpha, gamma)) = stage.refrag {
-            self.refrag_scores(gamma, scratch);
-            crate::rerank::mix(&mut scratch.merged, &scratch.affinity, alpha);
-            reranked = reranked.saturating_add(n);
-        }
-        if let (Some(alpha), Some(ova)) = (stage.ova, &self.ova) {
-            let Scratch {
-                dense,
-                q_idx,
-                q_val,
-                merged,
-                affinity,
-                ..
-            } = scratch;
-            scatter(dense, q_idx, q_val);
-            let loss = self.meta.loss;
-            affinity.clear();
-            affinity.extend(
-                merged
-                    .iter()
-                    .map(|c| score_to_log_prob(loss, ova.score(c.0, dense))),
-            );
-            unscatter(dense, q_idx);
-            crate::rerank::mix(merged, affinity, alpha);
-            reranked = reranked.saturating_add(n);
-        }
-        reranked
-    }
-
-    /// REFRAG's log-score of each merged candidate into `scratch.affinity`:
-    /// log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over the members (each compares its
-    /// own agglomerated query, kept by the tree search, with its own prototype).
-    fn refrag_scores(&self, gamma: f32, scratch: &mut Scratch) {
-        scratch.affinity.clear();
-        scratch.affinity.resize(scratch.merged.len(), 0.0);
-        debug_assert_eq!(scratch.kept.len(), self.defrag.len());
-        for (view, (qi, qv)) in self.defrag.iter().zip(scratch.kept.iter()) {
-            scatter(&mut scratch.dense, qi, qv);
-            for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
-                *a += view.affinity(c.0, &scratch.dense);
-            }
-            unscatter(&mut scratch.dense, qi);
-        }
-        let inv = 1.0 / self.defrag.len().max(1) as f32;
-        for a in scratch.affinity.iter_mut() {
-            *a = -gamma * (1.0 - *a * inv);
-        }
-    }
-
     /// Convenience wrapper around [`Model::predict_into`] that allocates.
     pub fn predict(
         &self,
@@ -802,15 +707,6 @@ impl Model {
     pub fn loss(&self) -> Loss {
         self.meta.loss
     }
-}
-
-/// Which rerankers a prediction applies, with their settings.
-#[derive(Clone, Copy, Debug)]
-struct RerankStage {
-    /// REFRAG's (α, γ_r), when on.
-    refrag: Option<(f32, f32)>,
-    /// The OVA reranker's α, when on.
-    ova: Option<f32>,
 }
 
 /// Writes a sparse query into the dense scratch vector (its ids are below the vector's length).

@@ -1,0 +1,133 @@
+//! The candidate-then-rerank stage of a prediction: which rerankers a request turns on (REFRAG,
+//! the OVA reranker, FIAT's imputation), how many candidates the search must propose for them,
+//! and the rescoring itself, shared by both rerankers through [`crate::rerank::mix`].
+
+use super::{Model, PredictOptions, QueryError, Scratch, scatter, unscatter};
+use crate::linear::score_to_log_prob;
+
+/// Which rerankers a prediction applies, with their settings.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RerankStage {
+    /// REFRAG's (α, γ_r), when on.
+    pub(super) refrag: Option<(f32, f32)>,
+    /// The OVA reranker's α, when on.
+    pub(super) ova: Option<f32>,
+}
+
+impl Model {
+    /// The rerankers and imputation a request asks for, each defaulting to the model's
+    /// training-time setting, or the option the model cannot honour. Returns the stage and
+    /// whether FIAT imputes.
+    pub(super) fn stage_for(
+        &self,
+        options: &PredictOptions,
+    ) -> Result<(RerankStage, bool), QueryError> {
+        let dp = &self.meta.config.defrag;
+        let rp = &self.meta.config.rerank;
+        let rerank = options.rerank.unwrap_or(dp.refrag);
+        let rerank_ova = options.rerank_ova.unwrap_or(rp.on());
+        let impute = options.impute.unwrap_or(dp.fiat);
+        if rerank && !self.can_rerank() {
+            return Err(QueryError::Unavailable {
+                option: "rerank",
+                stage: "REFRAG prototypes",
+            });
+        }
+        if rerank_ova && !self.can_rerank_ova() {
+            return Err(QueryError::Unavailable {
+                option: "rerank_ova",
+                stage: "OVA reranker",
+            });
+        }
+        if impute && !self.can_impute() {
+            return Err(QueryError::Unavailable {
+                option: "impute",
+                stage: "FIAT scales",
+            });
+        }
+        let stage = RerankStage {
+            refrag: rerank.then(|| {
+                (
+                    options.rerank_alpha.unwrap_or(dp.alpha),
+                    options.rerank_gamma.unwrap_or(dp.gamma_r),
+                )
+            }),
+            ova: rerank_ova.then(|| options.rerank_ova_alpha.unwrap_or(rp.alpha)),
+        };
+        Ok((stage, impute))
+    }
+
+    /// How many candidates the search proposes: the most any reranker that is on asks for,
+    /// unless the request says, and never fewer than k.
+    pub(super) fn search_k(&self, stage: &RerankStage, options: &PredictOptions) -> usize {
+        let dp = &self.meta.config.defrag;
+        let rp = &self.meta.config.rerank;
+        // The stage's candidates: the most any reranker on asks for, unless the request says.
+        let wanted = [
+            stage.refrag.map(|_| dp.candidates),
+            stage.ova.map(|_| rp.candidates),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        match wanted {
+            Some(c) => options.k.max(options.candidates.unwrap_or(c)),
+            None => options.k,
+        }
+    }
+
+    /// The candidate-then-rerank stage: every reranker `stage` turns on rescores the merged
+    /// candidates in turn, REFRAG then OVA, each through [`crate::rerank::mix`]. Returns the
+    /// candidates rescored (per reranker).
+    pub(super) fn rerank_stage(&self, stage: &RerankStage, scratch: &mut Scratch) -> u32 {
+        let mut reranked = 0u32;
+        let n = u32::try_from(scratch.merged.len()).unwrap_or(u32::MAX);
+        if let Some((alpha, gamma)) = stage.refrag {
+            self.refrag_scores(gamma, scratch);
+            crate::rerank::mix(&mut scratch.merged, &scratch.affinity, alpha);
+            reranked = reranked.saturating_add(n);
+        }
+        if let (Some(alpha), Some(ova)) = (stage.ova, &self.ova) {
+            let Scratch {
+                dense,
+                q_idx,
+                q_val,
+                merged,
+                affinity,
+                ..
+            } = scratch;
+            scatter(dense, q_idx, q_val);
+            let loss = self.meta.loss;
+            affinity.clear();
+            affinity.extend(
+                merged
+                    .iter()
+                    .map(|c| score_to_log_prob(loss, ova.score(c.0, dense))),
+            );
+            unscatter(dense, q_idx);
+            crate::rerank::mix(merged, affinity, alpha);
+            reranked = reranked.saturating_add(n);
+        }
+        reranked
+    }
+
+    /// REFRAG's log-score of each merged candidate into `scratch.affinity`:
+    /// log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over the members (each compares its
+    /// own agglomerated query, kept by the tree search, with its own prototype).
+    fn refrag_scores(&self, gamma: f32, scratch: &mut Scratch) {
+        scratch.affinity.clear();
+        scratch.affinity.resize(scratch.merged.len(), 0.0);
+        debug_assert_eq!(scratch.kept.len(), self.defrag.len());
+        for (view, (qi, qv)) in self.defrag.iter().zip(scratch.kept.iter()) {
+            scatter(&mut scratch.dense, qi, qv);
+            for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
+                *a += view.affinity(c.0, &scratch.dense);
+            }
+            unscatter(&mut scratch.dense, qi);
+        }
+        let inv = 1.0 / self.defrag.len().max(1) as f32;
+        for a in scratch.affinity.iter_mut() {
+            *a = -gamma * (1.0 - *a * inv);
+        }
+    }
+}
