@@ -12,7 +12,7 @@ use super::{LabelRows, OvaScorers};
 use crate::cluster::derive_seed;
 use crate::data::Dataset;
 use crate::linear::{SolverError, SolverParams, train_columns};
-use crate::model::{Model, PredictOptions, Prediction, QueryError, Scratch};
+use crate::model::{Model, PredictOptions, QueryError};
 use crate::tree::train::select_rows_compact;
 use rayon::prelude::*;
 use thiserror::Error;
@@ -57,21 +57,16 @@ pub fn candidates(
         rerank_ova: Some(false),
         ..PredictOptions::default()
     };
-    (0..ds.n_points())
-        .into_par_iter()
-        .map_init(
-            || (Scratch::default(), Prediction::default()),
-            |(scratch, out), i| {
-                let (idx, val) = ds.feature_row(i);
-                model
-                    .predict_into(idx, val, &options, scratch, out)
-                    .map_err(|source| RerankTrainError::Search { point: i, source })?;
-                let mut labels: Vec<u32> = out.labels.iter().map(|l| l.0).collect();
-                labels.sort_unstable();
-                Ok(labels)
-            },
-        )
-        .collect()
+    let predictions = crate::model::evaluate::predict_all(model, ds, &options)
+        .map_err(|(point, source)| RerankTrainError::Search { point, source })?;
+    Ok(predictions
+        .into_iter()
+        .map(|p| {
+            let mut labels: Vec<u32> = p.labels.iter().map(|l| l.0).collect();
+            labels.sort_unstable();
+            labels
+        })
+        .collect())
 }
 
 /// The points of each label, ascending: the transpose of `rows` (each a sorted list of labels
