@@ -379,6 +379,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("refrag_candidates", "defrag.candidates"),
     ("rerank_model", "rerank.model"),
     ("rerank_candidates", "rerank.candidates"),
+    ("rerank_query_candidates", "rerank.query_candidates"),
     ("rerank_alpha", "rerank.alpha"),
 ];
 

@@ -65,7 +65,7 @@ impl Model {
         // The stage's candidates: the most any reranker on asks for, unless the request says.
         let wanted = [
             stage.refrag.map(|_| dp.candidates),
-            stage.ova.map(|_| rp.candidates),
+            stage.ova.map(|_| rp.query_candidates),
         ]
         .into_iter()
         .flatten()

@@ -33,9 +33,11 @@ pub enum RerankModel {
 pub struct RerankParams {
     /// Which reranker is trained and applied by default.
     pub model: RerankModel,
-    /// How many candidates the search proposes per point, at training (for the hard negatives)
-    /// and at query time (for rescoring).
+    /// How many candidates the search proposes per training point (their hard negatives).
     pub candidates: usize,
+    /// How many candidates the search proposes per query for rescoring (bundles made before
+    /// this setting read the default).
+    pub query_candidates: usize,
     /// α, the weight of the search's log-probability against the scorer's.
     pub alpha: f32,
 }
@@ -46,6 +48,7 @@ impl RerankParams {
     pub const DEFAULT: RerankParams = RerankParams {
         model: RerankModel::Off,
         candidates: 30,
+        query_candidates: 10,
         alpha: 0.65,
     };
 
@@ -64,6 +67,9 @@ impl RerankParams {
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.candidates == 0 {
             return Err(("rerank_candidates", "must be at least 1".into()));
+        }
+        if self.query_candidates == 0 {
+            return Err(("rerank_query_candidates", "must be at least 1".into()));
         }
         if !(0.0..=1.0).contains(&self.alpha) {
             return Err((
