@@ -43,8 +43,8 @@ pub struct RerankParams {
 }
 
 impl RerankParams {
-    /// The defaults: off; when on, 30 candidates and α = 0.65 (chosen on citeulike-t, see
-    /// `docs/decisions/0022-ova-rerank-mix.md`).
+    /// The defaults: off; when on, 30 candidates per training point, 10 per query and α = 0.65
+    /// (see `docs/decisions/0022-ova-rerank-mix.md` and `0023-rerank-query-candidates.md`).
     pub const DEFAULT: RerankParams = RerankParams {
         model: RerankModel::Off,
         candidates: 30,
