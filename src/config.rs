@@ -377,6 +377,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("refrag_alpha", "defrag.alpha"),
     ("refrag_gamma", "defrag.gamma_r"),
     ("refrag_candidates", "defrag.candidates"),
+    ("refrag_entries", "defrag.prototype_entries"),
     ("rerank_model", "rerank.model"),
     ("rerank_candidates", "rerank.candidates"),
     ("rerank_query_candidates", "rerank.query_candidates"),

@@ -343,3 +343,173 @@ fn config_keys_are_checked_and_named() {
         assert!(err.to_string().contains(key), "{set:?}: {err}");
     }
 }
+
+/// REFRAG without DEFRAG: `refrag = on` on a plain model stores one prototype per label over
+/// the input features (its largest `refrag_entries` entries), deterministically, next to the
+/// plain model's own tree, and the shared stage scores each candidate by
+/// exp(α·ln b + (1 − α)·(−γ_r(1 − ⟨x, ξ_l⟩))) with x the prepared query.
+#[test]
+fn refrag_on_a_plain_model_stores_input_prototypes_and_reranks() {
+    let (train, test) = (load("train"), load("test"));
+    let plain = train_with(&train, &["max_leaf=40"]);
+    let sets = ["max_leaf=40", "refrag=on", "refrag_entries=30"];
+    let t = train_with(&train, &sets);
+    assert!(t.defrag.is_empty());
+    assert_eq!(t.trees, plain.trees, "the prototypes leave the tree alone");
+    let protos = t.prototypes.as_ref().unwrap();
+    assert_eq!(protos.start.len(), train.n_labels() + 1);
+    assert!(protos.start.windows(2).all(|w| w[1] - w[0] <= 30));
+    let all = train_with(&train, &["max_leaf=40", "refrag=on", "refrag_entries=0"]);
+    assert!(all.prototypes.as_ref().unwrap().idx.len() > protos.idx.len());
+    let again = train_with(&train, &sets);
+    assert_eq!(again.prototypes, t.prototypes);
+    assert_eq!(again.meta.version, t.meta.version);
+    assert_ne!(t.meta.version, plain.meta.version);
+
+    let model = open(&t).unwrap();
+    assert!(model.can_rerank() && !model.can_impute());
+    assert!(!open(&plain).unwrap().can_rerank());
+    for name in ["start", "idx", "val"] {
+        let s = xmc::rerank::input_prototype_section(name);
+        assert!(model.bundle().section(&s).is_some(), "{name}");
+    }
+    // REFRAG is on by default for this model: the stage rescored the candidates.
+    let (idx, val) = test.feature_row(2);
+    let default = model.predict(idx, val, &PredictOptions::default()).unwrap();
+    assert!(default.reranked >= 20, "{}", default.reranked);
+    let tree_only = PredictOptions {
+        k: 20,
+        rerank: Some(false),
+        ..PredictOptions::default()
+    };
+    let candidates = model.predict(idx, val, &tree_only).unwrap().labels;
+    assert!(default.labels.iter().all(|l| candidates.contains(l)));
+    let alpha1 = PredictOptions {
+        rerank_alpha: Some(1.0),
+        ..PredictOptions::default()
+    };
+    assert_eq!(
+        model.predict(idx, val, &alpha1).unwrap().labels,
+        candidates[..5].to_vec()
+    );
+
+    // α = 0: the score is the affinity's alone, from the prototype and the normalized query.
+    let gamma = 4.0f32;
+    let opts = PredictOptions {
+        k: 10,
+        rerank_alpha: Some(0.0),
+        rerank_gamma: Some(gamma),
+        ..PredictOptions::default()
+    };
+    let mut scratch = Scratch::default();
+    for row in [0, 7, 1, 30] {
+        let (idx, val) = test.feature_row(row);
+        let mut out = Prediction::default();
+        model
+            .predict_into(idx, val, &opts, &mut scratch, &mut out)
+            .unwrap();
+        let norm = val
+            .iter()
+            .map(|&v| f64::from(v).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        for (&l, &s) in out.labels.iter().zip(&out.scores) {
+            let l = l.0 as usize;
+            let (a, b) = (protos.start[l] as usize, protos.start[l + 1] as usize);
+            let mut dot = 0f64;
+            for (&j, &p) in protos.idx[a..b].iter().zip(&protos.val[a..b]) {
+                if let Some(q) = idx.iter().position(|&i| i == j) {
+                    dot += f64::from(p) * f64::from(val[q]) / norm;
+                }
+            }
+            let want = (-gamma * (1.0 - dot as f32)).exp();
+            assert!(
+                (s - want).abs() <= 1e-5 * want.max(1.0),
+                "row {row} label {l}: score {s}, want {want}"
+            );
+        }
+    }
+}
+
+/// Damaged input-space prototypes: the verified open refuses out-of-range columns, bad offsets
+/// and non-finite values; the structural open (O(1) checks) accepts them and predicting reads
+/// them bounds-checked, without panicking. Wrong lengths fail either open, a flipped byte the
+/// checksums, and a bundle whose metadata asks for REFRAG without its sections is refused.
+#[test]
+fn damaged_input_prototypes_are_refused_or_read_without_panicking() {
+    use xmc::rerank::{LabelRowsError, input_prototype_section};
+    let train = load("train");
+    let sets = ["max_leaf=40", "refrag=on"];
+    let t = train_with(&train, &sets);
+    let structural = |t: &Trained| {
+        Model::from_bundle_structure(Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap())
+    };
+    let predicts = |m: &Model| {
+        for i in 0..train.n_points().min(200) {
+            let (idx, val) = train.feature_row(i);
+            m.predict(idx, val, &PredictOptions::default()).unwrap();
+        }
+    };
+
+    let mut bad = train_with(&train, &sets);
+    let p = bad.prototypes.as_mut().unwrap();
+    let last = p.idx.len() - 1;
+    p.idx[last] = train.n_features() as u32 + 5;
+    let e = open(&bad).unwrap_err();
+    assert!(
+        matches!(e, ModelError::Prototypes(LabelRowsError::Index { .. })),
+        "{e}"
+    );
+    let model = structural(&bad).unwrap();
+    predicts(&model);
+    assert!(model.verify().is_err());
+
+    let mut bad = train_with(&train, &sets);
+    bad.prototypes.as_mut().unwrap().start[train.n_labels() / 2] = u32::MAX;
+    assert!(matches!(
+        open(&bad).unwrap_err(),
+        ModelError::Prototypes(LabelRowsError::Offsets { .. })
+    ));
+    predicts(&structural(&bad).unwrap());
+
+    let mut bad = train_with(&train, &sets);
+    bad.prototypes.as_mut().unwrap().val[0] = f32::NAN;
+    assert!(matches!(
+        open(&bad).unwrap_err(),
+        ModelError::Prototypes(LabelRowsError::NonFinite)
+    ));
+
+    let mut bad = train_with(&train, &sets);
+    bad.prototypes.as_mut().unwrap().start.pop();
+    for e in [open(&bad).unwrap_err(), structural(&bad).unwrap_err()] {
+        assert!(
+            matches!(e, ModelError::Prototypes(LabelRowsError::Length { .. })),
+            "{e}"
+        );
+    }
+    let mut bad = train_with(&train, &sets);
+    bad.prototypes.as_mut().unwrap().val.push(0.5);
+    assert!(structural(&bad).is_err());
+
+    let good = t.to_bytes().unwrap();
+    let bundle = Bundle::from_bytes(&good).unwrap();
+    for name in ["start", "idx", "val"] {
+        let info = bundle
+            .section(&input_prototype_section(name))
+            .unwrap()
+            .clone();
+        let mut b = good.clone();
+        b[info.offset as usize + info.byte_len as usize / 2] ^= 0x40;
+        assert!(
+            Bundle::from_bytes(&b).unwrap().verify_checksums().is_err(),
+            "{name}"
+        );
+    }
+
+    let mut gone = train_with(&train, &sets);
+    gone.prototypes = None;
+    assert!(matches!(
+        open(&gone).unwrap_err(),
+        ModelError::PrototypesMissing(_)
+    ));
+}

@@ -274,26 +274,28 @@ async fn batch_predicts_every_instance() {
     assert_eq!(v["model"]["version"], version);
 }
 
-/// A model with the OVA reranker reranks by default on the single and batch routes, says so in
-/// `stats.reranked`, and answers as the plain search with `rerank_ova: false`.
-#[tokio::test]
-async fn the_ova_reranker_is_on_every_route_and_per_request() {
+/// A server with a Corel5k model trained at `max_leaf = 60` and `setting` (`key=value`), loaded.
+async fn corel5k_state(setting: &str) -> (tempfile::TempDir, Arc<AppState>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.xmcb");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/Corel5k/train.txt.gz");
     let mut ds = data::read_xc_file(&data).unwrap();
     data::l2_normalize_rows(&mut ds.features);
-    let cfg = TrainConfig::load(
-        None,
-        &["max_leaf=60".to_string(), "rerank_model=ova".to_string()],
-    )
-    .unwrap();
+    let cfg = TrainConfig::load(None, &["max_leaf=60".to_string(), setting.to_string()]).unwrap();
     train::train(&ds, &cfg, TrainInputs::default(), &Quiet)
         .unwrap()
         .write(&path)
         .unwrap();
     let state = AppState::new(serve_config(path, None)).unwrap();
     xmc::serve::reload_now(&state).await.unwrap();
+    (dir, state)
+}
+
+/// A model with the OVA reranker reranks by default on the single and batch routes, says so in
+/// `stats.reranked`, and answers as the plain search with `rerank_ova: false`.
+#[tokio::test]
+async fn the_ova_reranker_is_on_every_route_and_per_request() {
+    let (_dir, state) = corel5k_state("rerank_model=ova").await;
     let q = json!([[1, 1.0], [9, 0.5], [40, 0.25]]);
     let (s, on) = call(
         &state,
@@ -319,6 +321,36 @@ async fn the_ova_reranker_is_on_every_route_and_per_request() {
     let (_, doc) = call(&state, "GET", "/openapi.json", None).await;
     let ova = &doc["components"]["schemas"]["PredictRequest"]["properties"]["rerank_ova"];
     assert!(ova.get("enum").is_none(), "{ova}");
+}
+
+/// REFRAG on a model without DEFRAG (prototypes over the input features) reranks by default on
+/// the single and batch routes, and answers as the plain search with `rerank: false` (the
+/// routes take `rerank`; α and γ_r are the model's).
+#[tokio::test]
+async fn refrag_on_a_plain_model_is_on_every_route_and_per_request() {
+    let (_dir, state) = corel5k_state("refrag=on").await;
+    let q = json!([[1, 1.0], [9, 0.5], [40, 0.25]]);
+    let predict = |body: Value| {
+        let state = state.clone();
+        async move {
+            let (s, v) = call(&state, "POST", "/v1/predict", Some(body.to_string())).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            v
+        }
+    };
+    let on = predict(json!({"features": q})).await;
+    assert!(on["stats"]["reranked"].as_u64().unwrap() >= 5, "{on}");
+    let off = predict(json!({"features": q, "rerank": false})).await;
+    assert_eq!(off["stats"]["reranked"], json!(0));
+    // The stored α mixes the affinity into each score: the scores differ from the search's.
+    assert_ne!(on["scores"], off["scores"]);
+    let body = json!({"instances": [{"features": q}, {"features": q, "rerank": false}]});
+    let (s, v) = call(&state, "POST", "/v1/predict/batch", Some(body.to_string())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let preds = v["predictions"].as_array().unwrap();
+    assert_eq!(preds[0]["labels"], on["labels"]);
+    assert_eq!(preds[1]["labels"], off["labels"]);
+    assert_eq!(preds[1]["stats"]["reranked"], json!(0));
 }
 
 #[tokio::test]

@@ -333,6 +333,7 @@ fn forged(trained: &Trained, text: Fitted, deep: bool) -> String {
         trees: trained.trees.clone(),
         bp: None,
         defrag: Vec::new(),
+        prototypes: None,
         rerank: None,
         label_counts: trained.label_counts.clone(),
         label_names: trained.label_names.clone(),

@@ -10,6 +10,8 @@
 //!   stored scale per feature ([`train::fiat_scale`]).
 //! - **REFRAG** keeps one prototype per label, ξ_l = normalize(Aᵀ C^F X y_l), and mixes the tree's
 //!   probability b_l with the affinity a_l = exp(−γ(1 − ⟨x, ξ_l⟩)) as α·log b_l + (1−α)·log a_l.
+//!   A model without clusters can have REFRAG too: its prototypes are then over the input
+//!   features, normalize(X y_l) cut to its largest entries ([`train::input_prototypes`]).
 //!
 //! [`train`] builds all of it at training time; [`view`] is the read-only, validated view over
 //! the bundle sections that the request path applies. [`ndcg`] is the DEFRAG-N split.
@@ -74,7 +76,8 @@ pub struct DefragParams {
     pub average: bool,
     /// FIAT imputation by default at prediction (and on the training rows).
     pub fiat: bool,
-    /// REFRAG reranking by default at prediction; stores the prototypes.
+    /// REFRAG reranking by default at prediction; stores the prototypes (over the clusters, or
+    /// over the input features when `kind` is off).
     pub refrag: bool,
     /// REFRAG's α: the weight of the tree's log-probability.
     pub alpha: f32,
@@ -82,6 +85,28 @@ pub struct DefragParams {
     pub gamma_r: f32,
     /// How many candidates the tree search returns for reranking (at least k).
     pub candidates: usize,
+    /// On a model without DEFRAG, the most entries each label's prototype over the input
+    /// features keeps (its largest); 0 keeps them all. Left out of the metadata when default.
+    #[serde(default, skip_serializing_if = "crate::config::layers::omit_default")]
+    pub prototype_entries: PrototypeEntries,
+}
+
+/// The most entries a prototype over the input features keeps, 0 for all (a type of its own so
+/// that its default, chosen by measurement, is also `Default`, and bundles that keep it are
+/// unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PrototypeEntries(pub usize);
+
+impl PrototypeEntries {
+    /// The default (docs/decisions/0024-refrag-on-plain-models.md).
+    pub const DEFAULT: PrototypeEntries = PrototypeEntries(100);
+}
+
+impl Default for PrototypeEntries {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 impl DefragParams {
@@ -100,6 +125,7 @@ impl DefragParams {
         alpha: 0.8,
         gamma_r: 20.0,
         candidates: 20,
+        prototype_entries: PrototypeEntries::DEFAULT,
     };
 
     /// Whether the model has feature clusters.
@@ -135,10 +161,9 @@ impl DefragParams {
         if self.candidates == 0 {
             return Err(("refrag_candidates", "must be at least 1".into()));
         }
-        if !self.on() && (self.fiat || self.refrag) {
-            let key = if self.fiat { "fiat" } else { "refrag" };
+        if !self.on() && self.fiat {
             return Err((
-                key,
+                "fiat",
                 "needs `defrag` = x, xy or n: C^F is built from the feature clusters".into(),
             ));
         }
@@ -295,7 +320,12 @@ mod tests {
     }
 
     #[test]
-    fn fiat_and_refrag_need_clusters() {
+    fn fiat_needs_clusters_and_refrag_does_not() {
+        let p = DefragParams {
+            refrag: true,
+            ..DefragParams::DEFAULT
+        };
+        assert_eq!(p.validate(), Ok(()));
         let p = DefragParams {
             fiat: true,
             ..DefragParams::DEFAULT

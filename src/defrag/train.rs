@@ -412,6 +412,50 @@ pub fn prototypes(imputed: &SparseMatrix, labels: &SparseMatrix) -> Prototypes {
     }
 }
 
+/// REFRAG's prototypes for a model without DEFRAG: ξ_l = normalize(Σ_{i ∋ l} x_i) over the
+/// training rows themselves (as the trainer sees them, normalized when the model normalizes),
+/// each cut to its `entries` largest values (ties to the lower feature id; 0 keeps every entry).
+/// A cut row is not normalized again, so ⟨x, ξ_l⟩ stays the full prototype's affinity less the
+/// small entries left out.
+pub fn input_prototypes(
+    features: &SparseMatrix,
+    labels: &SparseMatrix,
+    entries: usize,
+) -> Prototypes {
+    let full = prototypes(features, labels);
+    if entries == 0 {
+        return full;
+    }
+    let mut out = Prototypes {
+        start: Vec::with_capacity(full.start.len()),
+        idx: Vec::new(),
+        val: Vec::new(),
+    };
+    out.start.push(0);
+    let mut order: Vec<usize> = Vec::new();
+    for w in full.start.windows(2) {
+        let (a, b) = (w[0] as usize, w[1] as usize);
+        order.clear();
+        order.extend(a..b);
+        if order.len() > entries {
+            order.sort_by(|&i, &j| {
+                full.val[j]
+                    .abs()
+                    .total_cmp(&full.val[i].abs())
+                    .then(i.cmp(&j))
+            });
+            order.truncate(entries);
+            order.sort_unstable();
+        }
+        for &i in &order {
+            out.idx.push(full.idx[i]);
+            out.val.push(full.val[i]);
+        }
+        out.start.push(out.idx.len() as u32);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,6 +556,21 @@ mod tests {
         let (filled, _) = representatives(&ds, &params);
         assert_eq!(crate::data::row_slices(&filled, 2).0, &[0u32][..]);
         assert_eq!(crate::data::row_slices(&filled, 3).0, &[2u32][..]);
+    }
+
+    #[test]
+    fn input_prototypes_keep_the_largest_entries_in_column_order() {
+        let x = csr(&[&[(0, 1.0), (1, 2.0), (2, 3.0)], &[(0, 3.0), (3, 1.0)]], 4);
+        let y = csr(&[&[(0, 1.0), (1, 1.0)], &[(0, 1.0)]], 2);
+        let full = input_prototypes(&x, &y, 0);
+        assert_eq!(full, prototypes(&x, &y));
+        // Label 0 sums to (4, 2, 3, 1); its two largest are features 0 and 2.
+        let cut = input_prototypes(&x, &y, 2);
+        assert_eq!(cut.start, vec![0, 2, 4]);
+        assert_eq!(cut.idx, vec![0, 2, 1, 2]);
+        let n = (16.0f32 + 4.0 + 9.0 + 1.0).sqrt();
+        assert!((cut.val[0] - 4.0 / n).abs() < 1e-6 && (cut.val[1] - 3.0 / n).abs() < 1e-6);
+        assert_eq!(&cut.val[2..], &full.val[5..7]);
     }
 
     #[test]

@@ -64,6 +64,13 @@ pub enum ModelError {
     /// The OVA reranker's sections are inconsistent or missing.
     #[error("OVA reranker sections: {0}")]
     Rerank(#[from] LabelRowsError),
+    /// REFRAG's prototypes over the input features are inconsistent.
+    #[error("REFRAG prototype sections: {0}")]
+    Prototypes(LabelRowsError),
+    /// The metadata asks for REFRAG on a model without DEFRAG, but the bundle lacks its
+    /// prototypes.
+    #[error("the metadata says refrag = on, but the bundle has no {0} section")]
+    PrototypesMissing(String),
     /// The metadata asks for a reranker whose sections the bundle lacks.
     #[error("the metadata says rerank_model = ova, but the bundle has no {0} section")]
     RerankMissing(String),
@@ -179,6 +186,8 @@ pub struct Model {
     bp: Option<MappedBp>,
     defrag: Vec<MappedDefrag>,
     ova: Option<MappedOva>,
+    /// REFRAG's prototypes over the input features (a model without DEFRAG).
+    protos: Option<MappedRows>,
     label_names: LazyNames,
     feature_names: LazyNames,
     train_counts: Section<u32>,
@@ -198,6 +207,9 @@ impl std::fmt::Debug for Model {
 
 /// The BP stage over memory-mapped sections.
 pub type MappedBp = BpArrays<Section<u32>, Section<f32>, MappedOuts>;
+
+/// Label-major sparse rows as memory-mapped bundle sections.
+pub type MappedRows = LabelRows<Section<u32>, Section<f32>>;
 
 /// The OVA reranker's scorers as memory-mapped bundle sections.
 pub type MappedOva = OvaScorers<Section<u32>, Section<f32>>;
@@ -388,6 +400,10 @@ impl Model {
         if let Some(ova) = &self.ova {
             ova.check(self.meta.n_labels, self.meta.n_features)?;
         }
+        if let Some(p) = &self.protos {
+            p.check(self.meta.n_labels, self.meta.n_features)
+                .map_err(ModelError::Prototypes)?;
+        }
         self.label_names.read(&self.bundle)?;
         self.feature_names.read(&self.bundle)?;
         if let Some(text) = &self.text {
@@ -452,6 +468,7 @@ impl Model {
             trees.push(tree);
         }
         let ova = load_ova(&bundle, &meta, deep)?;
+        let protos = stage::load_input_prototypes(&bundle, &meta, deep)?;
         let label_names = LazyNames::new(meta.has_label_names, "label_names", meta.n_labels);
         let feature_names =
             LazyNames::new(meta.has_feature_names, "feature_names", meta.n_features);
@@ -486,6 +503,7 @@ impl Model {
             bp,
             defrag,
             ova,
+            protos,
             label_names,
             feature_names,
             train_counts,
@@ -516,7 +534,13 @@ impl Model {
 
     /// Whether the model has REFRAG prototypes, which `rerank` needs.
     pub fn can_rerank(&self) -> bool {
-        self.defrag.first().is_some_and(|v| v.has_prototypes())
+        self.protos.is_some() || self.defrag.first().is_some_and(|v| v.has_prototypes())
+    }
+
+    /// REFRAG's prototypes over the input features, when the model has them (a model without
+    /// DEFRAG trained with `refrag = on`).
+    pub fn input_prototypes(&self) -> Option<&MappedRows> {
+        self.protos.as_ref()
     }
 
     /// Whether the model has OVA reranker scorers, which `rerank_ova` needs.

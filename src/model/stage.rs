@@ -2,8 +2,43 @@
 //! the OVA reranker, FIAT's imputation), how many candidates the search must propose for them,
 //! and the rescoring itself, shared by both rerankers through [`crate::rerank::mix`].
 
-use super::{Model, PredictOptions, QueryError, Scratch, scatter, unscatter};
+use super::{
+    MappedRows, Model, ModelError, ModelMeta, PredictOptions, QueryError, Scratch, scatter,
+    unscatter,
+};
+use crate::bundle::Bundle;
 use crate::linear::score_to_log_prob;
+use crate::rerank::{LabelRows, input_prototype_section};
+
+/// REFRAG's prototypes over the input features, when the bundle has them, checked in O(1) (each
+/// row's offsets and columns are bounds-checked as they are read) or, when `deep`, in full. A
+/// model whose metadata asks for REFRAG without DEFRAG must have them.
+pub(super) fn load_input_prototypes(
+    bundle: &Bundle,
+    meta: &ModelMeta,
+    deep: bool,
+) -> Result<Option<MappedRows>, ModelError> {
+    let start = input_prototype_section("start");
+    if bundle.section(&start).is_none() {
+        let dp = &meta.config.defrag;
+        if dp.refrag && !dp.on() {
+            return Err(ModelError::PrototypesMissing(start));
+        }
+        return Ok(None);
+    }
+    let rows = LabelRows {
+        start: bundle.u32s(&start)?,
+        idx: bundle.u32s(&input_prototype_section("idx"))?,
+        val: bundle.f32s(&input_prototype_section("val"))?,
+    };
+    if deep {
+        rows.check(meta.n_labels, meta.n_features)
+    } else {
+        rows.check_lengths(meta.n_labels)
+    }
+    .map_err(ModelError::Prototypes)?;
+    Ok(Some(rows))
+}
 
 /// Which rerankers a prediction applies, with their settings.
 #[derive(Clone, Copy, Debug)]
@@ -88,33 +123,25 @@ impl Model {
             reranked = reranked.saturating_add(n);
         }
         if let (Some(alpha), Some(ova)) = (stage.ova, &self.ova) {
-            let Scratch {
-                dense,
-                q_idx,
-                q_val,
-                merged,
-                affinity,
-                ..
-            } = scratch;
-            scatter(dense, q_idx, q_val);
             let loss = self.meta.loss;
-            affinity.clear();
-            affinity.extend(
-                merged
-                    .iter()
-                    .map(|c| score_to_log_prob(loss, ova.score(c.0, dense))),
-            );
-            unscatter(dense, q_idx);
-            crate::rerank::mix(merged, affinity, alpha);
+            score_query(scratch, |l, dense| {
+                score_to_log_prob(loss, ova.score(l, dense))
+            });
+            crate::rerank::mix(&mut scratch.merged, &scratch.affinity, alpha);
             reranked = reranked.saturating_add(n);
         }
         reranked
     }
 
     /// REFRAG's log-score of each merged candidate into `scratch.affinity`:
-    /// log a_l = −γ_r(1 − ⟨x, ξ_l⟩), the affinity averaged over the members (each compares its
-    /// own agglomerated query, kept by the tree search, with its own prototype).
+    /// log a_l = −γ_r(1 − ⟨x, ξ_l⟩). With DEFRAG, the affinity is averaged over the members
+    /// (each compares its own agglomerated query, kept by the tree search, with its own
+    /// prototype); without, the prepared query meets the prototype over the input features.
     fn refrag_scores(&self, gamma: f32, scratch: &mut Scratch) {
+        if let Some(protos) = &self.protos {
+            score_query(scratch, |l, dense| -gamma * (1.0 - protos.dot(l, dense)));
+            return;
+        }
         scratch.affinity.clear();
         scratch.affinity.resize(scratch.merged.len(), 0.0);
         debug_assert_eq!(scratch.kept.len(), self.defrag.len());
@@ -130,4 +157,21 @@ impl Model {
             *a = -gamma * (1.0 - *a * inv);
         }
     }
+}
+
+/// Sets `scratch.affinity` to `score(label, dense)` for each merged candidate, with the prepared
+/// query held densely in `dense` meanwhile: the input-space rerankers' one pass.
+fn score_query(scratch: &mut Scratch, score: impl Fn(u32, &[f32]) -> f32) {
+    let Scratch {
+        dense,
+        q_idx,
+        q_val,
+        merged,
+        affinity,
+        ..
+    } = scratch;
+    scatter(dense, q_idx, q_val);
+    affinity.clear();
+    affinity.extend(merged.iter().map(|c| score(c.0, dense)));
+    unscatter(dense, q_idx);
 }

@@ -2,7 +2,8 @@
 //! them, and each candidate's probability becomes a weighted geometric mix of the two.
 //!
 //! Two rerankers share it. REFRAG ([`crate::defrag`]) scores a candidate by its prototype's
-//! affinity with the agglomerated query. The OVA reranker (this module's [`train`]) scores it with
+//! affinity with the query: agglomerated, over each DEFRAG member's clusters, or, on a model
+//! without DEFRAG, the query itself against a prototype over the input features. The OVA reranker (this module's [`train`]) scores it with
 //! a sparse linear classifier of its own, trained at training time on the label's positives
 //! against the training points whose tree search proposed the label without it being theirs
 //! (the tree's hard negatives, as XR-Linear's matcher-aware negatives). Both store one sparse
@@ -231,6 +232,12 @@ pub struct OvaScorers<U, F> {
     pub rows: LabelRows<U, F>,
     /// Per label, the bias.
     pub bias: F,
+}
+
+/// The section name of array `array` (`start`, `idx`, `val`) of REFRAG's prototypes over the
+/// input features, which a model without DEFRAG stores.
+pub fn input_prototype_section(array: &str) -> String {
+    format!("refrag.input.{array}")
 }
 
 /// The section name of the OVA reranker's array `array` (`start`, `idx`, `val`, `bias`).

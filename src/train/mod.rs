@@ -8,10 +8,10 @@ use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
 use crate::config::{ModelKind, TrainConfig, WeightFormat};
 use crate::data::{Dataset, LabelId, SparseMatrix};
-use crate::defrag::train::DefragArrays;
+use crate::defrag::train::{DefragArrays, Prototypes};
 use crate::model::{Created, MODEL_FORMAT, Model, ModelMeta, defrag_section, refrag_section};
 use crate::rerank::train::{OvaArrays, RerankTrainError};
-use crate::rerank::{RerankModel, ova_section};
+use crate::rerank::{RerankModel, input_prototype_section, ova_section};
 use crate::router::BpArrays;
 use crate::text::Fitted;
 use crate::tree::TreeError;
@@ -92,6 +92,8 @@ pub struct Trained {
     pub bp: Option<BpArrays<Vec<u32>, Vec<f32>>>,
     /// Per tree, its DEFRAG arrays (empty when DEFRAG is off).
     pub defrag: Vec<DefragArrays>,
+    /// REFRAG's prototypes over the input features, when `refrag` is on without DEFRAG.
+    pub prototypes: Option<Prototypes>,
     /// The OVA reranker's scorers, when `rerank_model = "ova"`.
     pub rerank: Option<OvaArrays>,
     /// Training-set count of each label (for propensities and rare-label handling).
@@ -109,6 +111,13 @@ pub struct Trained {
 impl Trained {
     /// Lays the model out as a bundle; the writer borrows the arrays.
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
+        let mut w = self.sections()?;
+        w.add_json("meta", &self.meta)?;
+        Ok(w)
+    }
+
+    /// Every section but the metadata: what the content version hashes.
+    fn sections(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = BundleWriter::new();
         add_arrays(
             &mut w,
@@ -118,6 +127,11 @@ impl Trained {
             self.meta.config.weights,
         )?;
         add_defrag(&mut w, &self.defrag)?;
+        if let Some(p) = &self.prototypes {
+            w.add_u32(&input_prototype_section("start"), &p.start)?;
+            w.add_u32(&input_prototype_section("idx"), &p.idx)?;
+            w.add_f32(&input_prototype_section("val"), &p.val)?;
+        }
         add_rerank(&mut w, self.rerank.as_ref())?;
         add_names(
             &mut w,
@@ -125,7 +139,6 @@ impl Trained {
             self.feature_names.as_deref(),
         )?;
         add_text(&mut w, self.text.as_ref())?;
-        w.add_json("meta", &self.meta)?;
         Ok(w)
     }
 
@@ -226,6 +239,16 @@ pub fn train(
             &mut defrag,
         )?;
     }
+    let prototypes = (cfg.defrag.refrag && !cfg.defrag.on()).then(|| {
+        let start = Instant::now();
+        let p = crate::defrag::train::input_prototypes(
+            &ds.features,
+            &ds.labels,
+            cfg.defrag.prototype_entries.0,
+        );
+        seconds.insert("refrag".into(), start.elapsed().as_secs_f64().into());
+        p
+    });
     let label_counts = label_counts(ds);
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
@@ -266,6 +289,7 @@ pub fn train(
         trees,
         bp: bp.map(|b| b.arrays),
         defrag,
+        prototypes,
         rerank: None,
         label_counts,
         label_names: inputs.label_names,
@@ -762,18 +786,7 @@ fn defrag_stats(a: &DefragArrays) -> serde_json::Value {
 
 /// The model's version: a content hash of every section but `meta`.
 fn content_hash(t: &Trained) -> Result<String, FormatError> {
-    let mut w = BundleWriter::new();
-    add_arrays(
-        &mut w,
-        &t.trees,
-        t.bp.as_ref(),
-        &t.label_counts,
-        t.meta.config.weights,
-    )?;
-    add_defrag(&mut w, &t.defrag)?;
-    add_rerank(&mut w, t.rerank.as_ref())?;
-    add_names(&mut w, t.label_names.as_deref(), t.feature_names.as_deref())?;
-    add_text(&mut w, t.text.as_ref())?;
+    let w = t.sections()?;
     let mut hasher = HashWriter(Sha256::new());
     w.write_to(&mut hasher)?;
     let digest = hasher.0.finalize();
