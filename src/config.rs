@@ -169,12 +169,13 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// The compiled-in defaults: Parabel's (T = 1 for latency, max leaf 100, binary tree, beam 10).
+    /// The compiled-in defaults: a Parabel-style binary tree with leaves of up to 200 labels
+    /// (docs/decisions/0026-default-max-leaf-200.md), T = 1 for latency, beam 10.
     pub const DEFAULT: TrainConfig = TrainConfig {
         name: String::new(),
         model: ModelKind::Tree,
         trees: 1,
-        max_leaf: 100,
+        max_leaf: 200,
         branching: 2,
         normalize: true,
         beam: 10,
