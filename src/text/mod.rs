@@ -401,7 +401,8 @@ impl TextView {
         // joined by one space, n from `ngram_min` to `ngram_max`. An n-gram's key extends the
         // (n - 1)-gram's, so one walk from the root along word i, a space, word i + 1, ... finds
         // them all: the n-gram is known when the walk reaches a final state after its nth word.
-        // The fst's `get` does the same walk for each key from the root.
+        // The fst's `get` does the same walk for each key from the root
+        // (docs/decisions/0025-text-query-one-walk-per-word.md).
         for i in 0..words.len() {
             let mut node = fst.root();
             let mut out = fst::raw::Output::zero();
