@@ -11,8 +11,6 @@ use super::{
 };
 use crate::bundle::Section;
 use crate::data::DataError;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use thiserror::Error;
 
 /// Why a vocabulary could not be fitted or applied to a file.
@@ -48,40 +46,9 @@ pub enum FitError {
     View(#[from] TextViewError),
 }
 
-/// A small, fast, non-cryptographic hash (the multiply-rotate scheme of rustc's `FxHasher`) for
-/// the term counts: the keys are the data's own words, not an attacker's.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.write(&[i]);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.write(&(i as u64).to_le_bytes());
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A hash map keyed by the fast hash.
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// A hash map keyed by a fast, non-cryptographic hash (`rustc-hash`'s `FxHasher`) for the term
+/// counts and label names: the keys are the data's own words, not an attacker's.
+pub(crate) type FxMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// Keys (terms or label names) numbered in the order they are first seen, with the number of
 /// documents that hold each.

@@ -11,8 +11,8 @@
 //!
 //! # Tokens and terms
 //!
-//! 1. The text is normalized to Unicode NFKC (`unicode-normalization`); ASCII text, which NFKC
-//!    leaves unchanged, skips that step.
+//! 1. The text is normalized to Unicode NFKC (`unicode-normalization`); text that is NFKC
+//!    already (all ASCII text, and any text the NFKC quick check passes) skips that step.
 //! 2. With `lowercase` (the default), every character is lower-cased after NFKC (Rust's
 //!    `char::to_lowercase`, the full Unicode mapping, not locale-aware). This is case folding by
 //!    lower-casing: it does not fold `ß` to `ss`, and the result is not re-normalized.
@@ -47,7 +47,7 @@ pub use fit::{FitError, Fitted};
 
 use crate::bundle::{Bundle, Section};
 use serde::{Deserialize, Serialize};
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use unicode_segmentation::UnicodeSegmentation;
 
 /// The section that holds the vocabulary, an `fst::Map` from term to feature id.
@@ -99,20 +99,24 @@ pub struct TextScratch {
     ids: Vec<u32>,
 }
 
-/// Calls `f` with every term of `text`, in text order: the one tokenizer of fitting and
-/// vectorizing.
-pub(crate) fn for_each_term(
-    cfg: &TextConfig,
-    text: &str,
-    scratch: &mut TokenScratch,
-    mut f: impl FnMut(&[u8]),
-) {
-    let TokenScratch { norm, words, key } = scratch;
+/// Normalizes `text` into `norm` and gives the byte ranges of its kept words in `words`: steps 1
+/// to 3 of the tokenizer, which fitting ([`for_each_term`]) and vectorizing
+/// ([`TextView::vectorize`]) share.
+fn tokenize(cfg: &TextConfig, text: &str, norm: &mut String, words: &mut Vec<(usize, usize)>) {
     norm.clear();
     if text.is_ascii() {
         // NFKC leaves ASCII unchanged, and ASCII lower-casing is the Unicode mapping there.
+        norm.push_str(text);
         if cfg.lowercase {
-            norm.extend(text.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+            norm.make_ascii_lowercase();
+        }
+    } else if is_nfkc_quick(text.chars()) == IsNormalized::Yes {
+        // The text is already NFKC (the quick check answers `Yes` only then), so normalizing
+        // would copy it unchanged.
+        if cfg.lowercase {
+            for c in text.chars() {
+                norm.extend(c.to_lowercase());
+            }
         } else {
             norm.push_str(text);
         }
@@ -129,6 +133,19 @@ pub(crate) fn for_each_term(
             words.push((start, start + w.len()));
         }
     }
+}
+
+/// Calls `f` with every term of `text`, in text order: the terms the fit counts. Vectorizing
+/// looks up the very same terms, walking the vocabulary along the same words
+/// ([`TextView::vectorize`]).
+pub(crate) fn for_each_term(
+    cfg: &TextConfig,
+    text: &str,
+    scratch: &mut TokenScratch,
+    mut f: impl FnMut(&[u8]),
+) {
+    let TokenScratch { norm, words, key } = scratch;
+    tokenize(cfg, text, norm, words);
     let bytes = norm.as_bytes();
     let word = |&(s, e): &(usize, usize)| bytes.get(s..e).unwrap_or(&[]);
     for i in 0..words.len() {
@@ -150,6 +167,26 @@ pub(crate) fn for_each_term(
             f(key);
         }
     }
+}
+
+/// Follows `bytes` from `node` in `fst`, adding the transitions' outputs to `out`; false, with
+/// `node` and `out` left anywhere, when the vocabulary has no term that starts so.
+#[inline]
+fn walk<'f>(
+    fst: &'f fst::raw::Fst<Section<u8>>,
+    node: &mut fst::raw::Node<'f>,
+    out: &mut fst::raw::Output,
+    bytes: &[u8],
+) -> bool {
+    for &b in bytes {
+        let Some(i) = node.find_input(b) else {
+            return false;
+        };
+        let t = node.transition(i);
+        *out = out.cat(t.out);
+        *node = fst.node(t.addr);
+    }
+    true
 }
 
 /// The weight of a term that occurs `count` times.
@@ -353,20 +390,47 @@ impl TextView {
     ) -> TextStats {
         let TextScratch { tokens, ids } = scratch;
         let settings = &self.meta.settings;
-        let n = self.idf.len();
+        let n_features = self.idf.len();
         let mut stats = TextStats::default();
         ids.clear();
-        for_each_term(settings, text, tokens, |term| {
-            stats.terms += 1;
-            if let Some(id) = self.vocab.get(term) {
-                if let Ok(id) = u32::try_from(id) {
-                    if (id as usize) < n {
-                        stats.known_terms += 1;
-                        ids.push(id);
+        tokenize(settings, text, &mut tokens.norm, &mut tokens.words);
+        let bytes = tokens.norm.as_bytes();
+        let words = &tokens.words;
+        let fst = self.vocab.as_fst();
+        // The terms are those of `for_each_term`: for every word i, the n-grams of words i..i + n
+        // joined by one space, n from `ngram_min` to `ngram_max`. An n-gram's key extends the
+        // (n - 1)-gram's, so one walk from the root along word i, a space, word i + 1, ... finds
+        // them all: the n-gram is known when the walk reaches a final state after its nth word.
+        // The fst's `get` does the same walk for each key from the root
+        // (docs/decisions/0025-text-query-one-walk-per-word.md).
+        for i in 0..words.len() {
+            let mut node = fst.root();
+            let mut out = fst::raw::Output::zero();
+            let mut alive = true;
+            for n in 1..=settings.ngram_max {
+                let Some(&(s, e)) = words.get(i + n - 1) else {
+                    break;
+                };
+                if alive {
+                    let word = bytes.get(s..e).unwrap_or(&[]);
+                    alive = (n == 1 || walk(fst, &mut node, &mut out, b" "))
+                        && walk(fst, &mut node, &mut out, word);
+                }
+                if n < settings.ngram_min {
+                    continue;
+                }
+                stats.terms += 1;
+                if alive && node.is_final() {
+                    let id = out.cat(node.final_output()).value();
+                    if let Ok(id) = u32::try_from(id) {
+                        if (id as usize) < n_features {
+                            stats.known_terms += 1;
+                            ids.push(id);
+                        }
                     }
                 }
             }
-        });
+        }
         self.weigh(ids, idx, val);
         stats
     }
@@ -391,6 +455,87 @@ impl TextView {
         }
         if settings.l2 {
             crate::data::l2_normalize(val);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The vector of `text` found the plain way: every term of [`for_each_term`] looked up by
+    /// itself with the fst's `get`, then weighed. `vectorize`'s one walk per word must match it.
+    fn by_get(view: &TextView, text: &str) -> (Vec<u32>, Vec<f32>, TextStats) {
+        let mut stats = TextStats::default();
+        let mut ids = Vec::new();
+        let settings = view.meta.settings.clone();
+        for_each_term(&settings, text, &mut TokenScratch::default(), |term| {
+            stats.terms += 1;
+            if let Some(id) = view.vocab.get(term) {
+                stats.known_terms += 1;
+                ids.push(u32::try_from(id).unwrap());
+            }
+        });
+        let (mut idx, mut val) = (Vec::new(), Vec::new());
+        view.weigh(&mut ids, &mut idx, &mut val);
+        (idx, val, stats)
+    }
+
+    #[test]
+    fn one_walk_per_word_finds_what_a_lookup_per_term_finds() {
+        let train = [
+            "GTK+ image viewer written in Python",
+            "an image viewer for the terminal, written in C",
+            "Python bindings for GTK+ 3; the viewer's library",
+            "ﬁle manager in Ｐｙｔｈｏｎ — Ünïcode text, written in C",
+            "Straße and strasse: ǅemal written in Python, e.g. 3.14 or 1,000",
+            "the the the viewer viewer image",
+        ];
+        let queries = [
+            "",
+            "   ",
+            "written in python image viewer",
+            "WRITTEN IN PYTHON, an unknown word, image viewer written in C",
+            "ﬁle manager in Ｐｙｔｈｏｎ", // not NFKC: the normalizing path
+            "ünïcode text written in c",   // NFKC already: the quick-check path
+            "viewer viewer viewer in in python the the image",
+            "Straße strasse ǅemal 3.14 1,000 e.g.",
+            "zzz unknown words only",
+        ];
+        for (lo, hi, min_df) in [
+            (1, 1, 1),
+            (1, 2, 1),
+            (1, 2, 2),
+            (2, 2, 1),
+            (2, 3, 1),
+            (1, 3, 1),
+        ] {
+            let cfg = TextConfig {
+                ngram_min: lo,
+                ngram_max: hi,
+                min_df,
+                ..TextConfig::DEFAULT
+            };
+            let view = Fitted::fit_texts(&train, &cfg).unwrap().view().unwrap();
+            let mut scratch = TextScratch::default();
+            for q in train.iter().chain(&queries) {
+                let (mut idx, mut val) = (Vec::new(), Vec::new());
+                let stats = view.vectorize(q, &mut scratch, &mut idx, &mut val);
+                let (want_idx, want_val, want_stats) = by_get(&view, q);
+                assert_eq!(stats, want_stats, "{lo}..={hi}, min_df {min_df}: {q:?}");
+                assert_eq!(idx, want_idx, "{lo}..={hi}, min_df {min_df}: {q:?}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&val), bits(&want_val), "{lo}..={hi}: {q:?}");
+            }
+            // With every training term kept, a training text knows all its terms.
+            if min_df == 1 {
+                let (_, _, s) = by_get(&view, train[0]);
+                assert!(
+                    s.known_terms > 0 && s.known_terms == s.terms,
+                    "{lo}..={hi}: {s:?}"
+                );
+            }
         }
     }
 }
