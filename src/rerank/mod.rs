@@ -3,13 +3,13 @@
 //!
 //! Two rerankers share it. REFRAG ([`crate::defrag`]) scores a candidate by its prototype's
 //! affinity with the query: agglomerated, over each DEFRAG member's clusters, or, on a model
-//! without DEFRAG, the query itself against a prototype over the input features. The OVA reranker (this module's [`train`]) scores it with
-//! a sparse linear classifier of its own, trained at training time on the label's positives
-//! against the training points whose tree search proposed the label without it being theirs
-//! (the tree's hard negatives, as XR-Linear's matcher-aware negatives). Both store one sparse
-//! vector per label, label-major ([`LabelRows`]), dotted with a dense query, and both combine by
-//! [`mix`]: log p' = α·log b + (1 − α)·s, with b the search's probability and s the reranker's
-//! log-score.
+//! without DEFRAG, the query itself against a prototype over the input features. The OVA
+//! reranker (this module's [`train`]) scores it with a sparse linear classifier of its own,
+//! trained at training time on the label's positives against the training points whose tree
+//! search proposed the label without it being theirs (the tree's hard negatives, as XR-Linear's
+//! matcher-aware negatives). Both store one sparse vector per label, label-major
+//! ([`LabelRows`]), dotted with a dense query, and both combine by [`mix`]:
+//! log p' = α·log b + (1 − α)·s, with b the search's probability and s the reranker's log-score.
 
 pub mod train;
 
