@@ -22,7 +22,7 @@ use crate::bundle::{Bundle, Dtype, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
 use crate::linear::Loss;
-use crate::rerank::{LabelRows, LabelRowsError, OvaScorers, ova_section};
+use crate::rerank::{LabelRows, LabelRowsError, OvaScorers};
 use crate::router::{
     BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
     block_labels_section, block_tree_prefix,
@@ -213,36 +213,6 @@ pub type MappedRows = LabelRows<Section<u32>, Section<f32>>;
 
 /// The OVA reranker's scorers as memory-mapped bundle sections.
 pub type MappedOva = OvaScorers<Section<u32>, Section<f32>>;
-
-/// The OVA reranker's sections, when the bundle has them, checked in O(1) (each scorer's
-/// offsets and columns are bounds-checked as they are read) or, when `deep`, in full.
-fn load_ova(
-    bundle: &Bundle,
-    meta: &ModelMeta,
-    deep: bool,
-) -> Result<Option<MappedOva>, ModelError> {
-    let start = ova_section("start");
-    if bundle.section(&start).is_none() {
-        if meta.config.rerank.on() {
-            return Err(ModelError::RerankMissing(start));
-        }
-        return Ok(None);
-    }
-    let ova = OvaScorers {
-        rows: LabelRows {
-            start: bundle.u32s(&start)?,
-            idx: bundle.u32s(&ova_section("idx"))?,
-            val: bundle.f32s(&ova_section("val"))?,
-        },
-        bias: bundle.f32s(&ova_section("bias"))?,
-    };
-    if deep {
-        ova.check(meta.n_labels, meta.n_features)?;
-    } else {
-        ova.check_lengths(meta.n_labels)?;
-    }
-    Ok(Some(ova))
-}
 
 /// One member's DEFRAG arrays as memory-mapped bundle sections.
 pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
@@ -467,7 +437,7 @@ impl Model {
             .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
-        let ova = load_ova(&bundle, &meta, deep)?;
+        let ova = stage::load_ova(&bundle, &meta, deep)?;
         let protos = stage::load_input_prototypes(&bundle, &meta, deep)?;
         let label_names = LazyNames::new(meta.has_label_names, "label_names", meta.n_labels);
         let feature_names =

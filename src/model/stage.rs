@@ -1,14 +1,25 @@
 //! The candidate-then-rerank stage of a prediction: which rerankers a request turns on (REFRAG,
 //! the OVA reranker, FIAT's imputation), how many candidates the search must propose for them,
-//! and the rescoring itself, shared by both rerankers through [`crate::rerank::mix`].
+//! the rescoring itself, shared by both rerankers through [`crate::rerank::mix`], and the loading
+//! of the two input-space rerankers' sections from a bundle.
 
 use super::{
-    MappedRows, Model, ModelError, ModelMeta, PredictOptions, QueryError, Scratch, scatter,
-    unscatter,
+    MappedOva, MappedRows, Model, ModelError, ModelMeta, PredictOptions, QueryError, Scratch,
+    scatter, unscatter,
 };
 use crate::bundle::Bundle;
 use crate::linear::score_to_log_prob;
-use crate::rerank::{LabelRows, input_prototype_section};
+use crate::rerank::{LabelRows, OvaScorers, input_prototype_section, ova_section};
+
+/// Label-major rows stored as the sections `section("start")`, `section("idx")` and
+/// `section("val")`: the layout both input-space rerankers use.
+fn map_rows(bundle: &Bundle, section: fn(&str) -> String) -> Result<MappedRows, ModelError> {
+    Ok(LabelRows {
+        start: bundle.u32s(&section("start"))?,
+        idx: bundle.u32s(&section("idx"))?,
+        val: bundle.f32s(&section("val"))?,
+    })
+}
 
 /// REFRAG's prototypes over the input features, when the bundle has them, checked in O(1) (each
 /// row's offsets and columns are bounds-checked as they are read) or, when `deep`, in full. A
@@ -26,11 +37,7 @@ pub(super) fn load_input_prototypes(
         }
         return Ok(None);
     }
-    let rows = LabelRows {
-        start: bundle.u32s(&start)?,
-        idx: bundle.u32s(&input_prototype_section("idx"))?,
-        val: bundle.f32s(&input_prototype_section("val"))?,
-    };
+    let rows = map_rows(bundle, input_prototype_section)?;
     if deep {
         rows.check(meta.n_labels, meta.n_features)
     } else {
@@ -38,6 +45,32 @@ pub(super) fn load_input_prototypes(
     }
     .map_err(ModelError::Prototypes)?;
     Ok(Some(rows))
+}
+
+/// The OVA reranker's sections, when the bundle has them, checked in O(1) (each scorer's
+/// offsets and columns are bounds-checked as they are read) or, when `deep`, in full.
+pub(super) fn load_ova(
+    bundle: &Bundle,
+    meta: &ModelMeta,
+    deep: bool,
+) -> Result<Option<MappedOva>, ModelError> {
+    let start = ova_section("start");
+    if bundle.section(&start).is_none() {
+        if meta.config.rerank.on() {
+            return Err(ModelError::RerankMissing(start));
+        }
+        return Ok(None);
+    }
+    let ova = OvaScorers {
+        rows: map_rows(bundle, ova_section)?,
+        bias: bundle.f32s(&ova_section("bias"))?,
+    };
+    if deep {
+        ova.check(meta.n_labels, meta.n_features)?;
+    } else {
+        ova.check_lengths(meta.n_labels)?;
+    }
+    Ok(Some(ova))
 }
 
 /// Which rerankers a prediction applies, with their settings.

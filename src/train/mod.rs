@@ -128,9 +128,7 @@ impl Trained {
         )?;
         add_defrag(&mut w, &self.defrag)?;
         if let Some(p) = &self.prototypes {
-            w.add_u32(&input_prototype_section("start"), &p.start)?;
-            w.add_u32(&input_prototype_section("idx"), &p.idx)?;
-            w.add_f32(&input_prototype_section("val"), &p.val)?;
+            add_rows(&mut w, input_prototype_section, &p.start, &p.idx, &p.val)?;
         }
         add_rerank(&mut w, self.rerank.as_ref())?;
         add_names(
@@ -746,11 +744,25 @@ fn add_defrag<'a>(w: &mut BundleWriter<'a>, defrag: &'a [DefragArrays]) -> Resul
 /// Adds the OVA reranker's sections (none without one, so such bundles are unchanged).
 fn add_rerank<'a>(w: &mut BundleWriter<'a>, ova: Option<&'a OvaArrays>) -> Result<(), FormatError> {
     if let Some(o) = ova {
-        w.add_u32(&ova_section("start"), &o.rows.start)?;
-        w.add_u32(&ova_section("idx"), &o.rows.idx)?;
-        w.add_f32(&ova_section("val"), &o.rows.val)?;
+        let r = &o.rows;
+        add_rows(w, ova_section, &r.start, &r.idx, &r.val)?;
         w.add_f32(&ova_section("bias"), &o.bias)?;
     }
+    Ok(())
+}
+
+/// Label-major rows as the sections `section("start")`, `section("idx")` and `section("val")`,
+/// the layout both input-space rerankers store (read back by `model::stage`).
+fn add_rows<'a>(
+    w: &mut BundleWriter<'a>,
+    section: fn(&str) -> String,
+    start: &'a [u32],
+    idx: &'a [u32],
+    val: &'a [f32],
+) -> Result<(), FormatError> {
+    w.add_u32(&section("start"), start)?;
+    w.add_u32(&section("idx"), idx)?;
+    w.add_f32(&section("val"), val)?;
     Ok(())
 }
 
