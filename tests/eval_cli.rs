@@ -1,17 +1,12 @@
 //! `xmc eval --truth --pred` on vendored data.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::xmc;
 use std::path::Path;
-use std::process::Command;
 use xmc::data;
 use xmc::eval::predfile::{Ranked, write_predictions};
-
-fn xmc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_xmc"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn the_truth_scored_against_itself_has_p_at_1_of_one() {

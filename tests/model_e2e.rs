@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{load, p_at_1, rechunk, train_with, vendored};
+use common::{load, p_at_1, rechunk, train_with, vendored, xmc};
 use std::path::Path;
-use std::process::Command;
 use xmc::bundle::{Bundle, Dtype, OpenOptions};
 use xmc::config::TrainConfig;
 use xmc::data::{self, Dataset};
@@ -175,13 +174,6 @@ fn bad_queries_are_errors_not_panics() {
     assert!(model.predict(&[3, 4], &[1.0], &opts).is_err());
     // An empty query is valid: it gets the labels the biases alone favour.
     assert_eq!(model.predict(&[], &[], &opts).unwrap().labels.len(), 5);
-}
-
-fn xmc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_xmc"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// Writes `ds` to `path` as plain XC text, with or without the header line.

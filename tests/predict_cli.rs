@@ -2,17 +2,12 @@
 //! request, and the ids file is what `xmc eval --pred` reads.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::xmc;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use xmc::bundle::OpenOptions;
 use xmc::model::Model;
-
-fn xmc(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_xmc"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

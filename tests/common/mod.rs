@@ -1,5 +1,5 @@
-//! Helpers shared by the end-to-end tests: the vendored data sets, training with overrides, and
-//! the in-process server's settings and error checks.
+//! Helpers shared by the end-to-end tests: running the `xmc` binary, the vendored data sets,
+//! training with overrides, and the in-process server's settings and error checks.
 // Not every test binary uses every helper.
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -14,6 +14,14 @@ use xmc::serve::ServeConfig;
 use xmc::train::{self, Quiet, TrainInputs, Trained};
 use xmc::tree::chunk::{IndexChoice, RowChoice};
 use xmc::tree::view::TreeArrays;
+
+/// Runs the `xmc` binary with `args` and gives its output.
+pub fn xmc(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_xmc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
 
 /// The path of a vendored split, e.g. `vendored("Corel5k", "train")`.
 pub fn vendored(set: &str, split: &str) -> PathBuf {
