@@ -290,7 +290,12 @@ fn damaged_or_forged_text_sections_are_refused() {
     let bytes = trained.to_bytes().unwrap();
     // A flipped byte in either text section is caught by the checksums.
     let bundle = Bundle::from_bytes(&bytes).unwrap();
-    for name in [xmc::text::VOCAB_SECTION, xmc::text::IDF_SECTION] {
+    for name in [
+        xmc::text::VOCAB_SECTION,
+        xmc::text::IDF_SECTION,
+        xmc::text::index::SLOTS_SECTION,
+        xmc::text::index::TERMS_SECTION,
+    ] {
         let info = bundle.section(name).unwrap().clone();
         let mut b = bytes.clone();
         b[(info.offset + info.byte_len / 2) as usize] ^= 0x40;
@@ -325,10 +330,71 @@ fn damaged_or_forged_text_sections_are_refused() {
     out_of_range.vocab = builder.into_inner().unwrap();
     let err = forged(&trained, out_of_range, true);
     assert!(err.contains("text.vocab"), "{err}");
+    // The term index: slots of the wrong count are refused by the structural open; a changed
+    // term byte, or the index of another vocabulary, by the full check.
+    let mut few_slots = trained.text.clone().unwrap();
+    few_slots.index.slots.truncate(16);
+    let err = forged(&trained, few_slots, false);
+    assert!(err.contains("text.index.slots"), "{err}");
+    let mut byte = trained.text.clone().unwrap();
+    let at = byte.index.terms.len() - 1;
+    byte.index.terms[at] ^= 0x01;
+    let err = forged(&trained, byte, true);
+    assert!(err.contains("text.index"), "{err}");
+    let (_, other) = train_tags(&["model=flat", "text.max_features=500", "text.ngram_max=1"]);
+    let mut foreign = trained.text.clone().unwrap();
+    foreign.index = other.text.unwrap().index;
+    let err = forged(&trained, foreign, true);
+    assert!(err.contains("text.index"), "{err}");
+}
+
+/// A bundle written before the term index (its vectorizer has only the fst) still opens, and
+/// every test document is vectorized to the same vector and counts as by the index.
+#[test]
+fn a_bundle_without_the_term_index_vectorizes_the_same() {
+    let (_, trained) = train_tags(&["model=flat"]);
+    let with = open(&trained);
+    let mut old = trained.text.clone().unwrap();
+    old.index = Default::default();
+    let without = Model::from_bundle(bundle_with(&trained, old)).unwrap();
+    let has = |m: &Model| {
+        m.bundle()
+            .section(xmc::text::index::SLOTS_SECTION)
+            .is_some()
+    };
+    assert!(has(&with) && !has(&without));
+    let (a, b) = (with.text().unwrap(), without.text().unwrap());
+    // More terms than the index's hot table holds, so that its cold table is used too.
+    assert!(a.n_features() > 4096, "{}", a.n_features());
+    let mut scratch = TextScratch::default();
+    let mut known = 0;
+    for doc in texts(&tags("test")).iter().chain(&texts(&tags("train"))) {
+        let (mut ia, mut va, mut ib, mut vb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let sa = a.vectorize(doc, &mut scratch, &mut ia, &mut va);
+        let sb = b.vectorize(doc, &mut scratch, &mut ib, &mut vb);
+        assert_eq!((sa, &ia), (sb, &ib), "{doc:?}");
+        assert_eq!(
+            va.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            vb.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        known += sa.known_terms;
+    }
+    assert!(known > 0);
 }
 
 /// The error of opening `trained` with `text` in place of its vectorizer (in full when `deep`).
 fn forged(trained: &Trained, text: Fitted, deep: bool) -> String {
+    let bundle = bundle_with(trained, text);
+    let result = if deep {
+        Model::from_bundle(bundle)
+    } else {
+        Model::from_bundle_structure(bundle)
+    };
+    result.unwrap_err().to_string()
+}
+
+/// The bundle of `trained` with `text` in place of its vectorizer.
+fn bundle_with(trained: &Trained, text: Fitted) -> Bundle {
     let t = Trained {
         trees: trained.trees.clone(),
         bp: None,
@@ -341,13 +407,7 @@ fn forged(trained: &Trained, text: Fitted, deep: bool) -> String {
         text: Some(text),
         meta: trained.meta.clone(),
     };
-    let bundle = Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap();
-    let result = if deep {
-        Model::from_bundle(bundle)
-    } else {
-        Model::from_bundle_structure(bundle)
-    };
-    result.unwrap_err().to_string()
+    Bundle::from_bytes(&t.to_bytes().unwrap()).unwrap()
 }
 
 proptest! {

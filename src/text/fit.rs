@@ -6,6 +6,7 @@
 //! term's feature id is its place in that order, so the vocabulary and the ids do not depend on
 //! thread scheduling either.
 
+use super::index::{TermIndex, TermIndexView};
 use super::{
     TextConfig, TextMeta, TextView, TextViewError, TokenScratch, for_each_term, idf_weight,
 };
@@ -156,6 +157,9 @@ pub struct Fitted {
     pub vocab: Vec<u8>,
     /// The idf weight of every feature id.
     pub idf: Vec<f32>,
+    /// The hashed term index over the same terms, as stored in the bundle; empty (its default)
+    /// for a vectorizer written without one, as before the index existed.
+    pub index: TermIndex,
 }
 
 impl Fitted {
@@ -196,6 +200,8 @@ impl Fitted {
                 *f = feature as u32;
             }
         }
+        let index = TermIndex::build(kept.iter().map(|(t, _, _)| &t[..]))
+            .ok_or(FitError::TooMany("bytes of terms for 32-bit offsets"))?;
         let mut by_term: Vec<(&[u8], u64)> = kept
             .iter()
             .enumerate()
@@ -220,6 +226,7 @@ impl Fitted {
             },
             vocab,
             idf,
+            index,
         };
         Ok((fitted, feature_of))
     }
@@ -240,12 +247,25 @@ impl Fitted {
         Ok(Fitted::from_counts(terms, cfg, texts.len())?.0)
     }
 
-    /// A view over copies of the vocabulary and the weights, as a bundle would hold them: the
-    /// trainer vectorizes its documents through it, by the same code as every query.
+    /// A view over copies of the vocabulary, the weights and the index, as a bundle would hold
+    /// them: the trainer vectorizes its documents through it, by the same code as every query.
     pub fn view(&self) -> Result<TextView, FitError> {
+        let index = if self.index.slots.is_empty() {
+            None
+        } else {
+            Some(
+                TermIndexView::new(
+                    Section::copy_of(&self.index.slots),
+                    Section::copy_of(&self.index.terms),
+                    self.idf.len(),
+                )
+                .map_err(TextViewError::from)?,
+            )
+        };
         Ok(TextView::new(
             Section::copy_of(&self.vocab),
             Section::copy_of(&self.idf),
+            index,
             self.meta.clone(),
             self.idf.len(),
         )?)

@@ -34,16 +34,23 @@
 //! - `text.vocab` (bytes): an [`fst::Map`] from term bytes to feature id, read in place from the
 //!   memory map; opening it reads its header only.
 //! - `text.idf` (f32): one idf weight per feature id.
+//! - `text.index.{slots,terms}`: the hashed term index ([`index`]) over the same terms,
+//!   by which a query looks its terms up. Bundles written before it have none; their queries walk
+//!   the fst.
 //! - the metadata's `text` object ([`TextMeta`]): the settings and the fit's counts.
 
 pub mod config;
 pub mod corpus;
 pub mod fit;
+pub mod index;
 pub mod jsonl;
 
 pub use config::TextConfig;
 pub use corpus::{LabelMap, TextCorpus};
 pub use fit::{FitError, Fitted};
+pub use index::{TermIndex, TermIndexError};
+
+use index::TermIndexView;
 
 use crate::bundle::{Bundle, Section};
 use serde::{Deserialize, Serialize};
@@ -89,6 +96,8 @@ pub(crate) struct TokenScratch {
     words: Vec<(usize, usize)>,
     /// The n-gram being assembled.
     key: Vec<u8>,
+    /// The terms of a text, for the term index.
+    batch: index::Batch,
 }
 
 /// Reusable buffers of [`TextView::vectorize`]; once they have grown to a query's size, a
@@ -144,7 +153,9 @@ pub(crate) fn for_each_term(
     scratch: &mut TokenScratch,
     mut f: impl FnMut(&[u8]),
 ) {
-    let TokenScratch { norm, words, key } = scratch;
+    let TokenScratch {
+        norm, words, key, ..
+    } = scratch;
     tokenize(cfg, text, norm, words);
     let bytes = norm.as_bytes();
     let word = |&(s, e): &(usize, usize)| bytes.get(s..e).unwrap_or(&[]);
@@ -250,6 +261,9 @@ pub enum TextViewError {
         /// The weight.
         value: f32,
     },
+    /// The term index is damaged or disagrees with the vocabulary.
+    #[error(transparent)]
+    Index(#[from] TermIndexError),
     /// A section is missing or of the wrong type.
     #[error(transparent)]
     Format(#[from] crate::bundle::FormatError),
@@ -259,6 +273,8 @@ pub enum TextViewError {
 pub struct TextView {
     vocab: fst::Map<Section<u8>>,
     idf: Section<f32>,
+    /// The hashed term index, in every bundle written since it exists.
+    index: Option<TermIndexView>,
     meta: TextMeta,
 }
 
@@ -266,6 +282,7 @@ impl std::fmt::Debug for TextView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextView")
             .field("terms", &self.vocab.len())
+            .field("index", &self.index.is_some())
             .field("settings", &self.meta.settings)
             .finish()
     }
@@ -273,7 +290,8 @@ impl std::fmt::Debug for TextView {
 
 impl TextView {
     /// The view over a bundle's text sections, for a model with `n_features` features. Reads the
-    /// vocabulary's header only, so it costs the same for any vocabulary size.
+    /// vocabulary's header and the index's section lengths only, so it costs the same for any
+    /// vocabulary size.
     pub fn open(
         bundle: &Bundle,
         meta: &TextMeta,
@@ -282,15 +300,18 @@ impl TextView {
         TextView::new(
             bundle.bytes(VOCAB_SECTION)?,
             bundle.f32s(IDF_SECTION)?,
+            TermIndexView::open(bundle, n_features)?,
             meta.clone(),
             n_features,
         )
     }
 
-    /// The view over a vocabulary and idf weights, checked in O(1).
+    /// The view over a vocabulary, idf weights and, when the bundle has one, a term index,
+    /// checked in O(1).
     pub(crate) fn new(
         vocab: Section<u8>,
         idf: Section<f32>,
+        index: Option<TermIndexView>,
         meta: TextMeta,
         n_features: usize,
     ) -> Result<Self, TextViewError> {
@@ -301,11 +322,17 @@ impl TextView {
             });
         }
         let vocab = fst::Map::new(vocab).map_err(|e| TextViewError::Vocab(e.to_string()))?;
-        Ok(TextView { vocab, idf, meta })
+        Ok(TextView {
+            vocab,
+            idf,
+            index,
+            meta,
+        })
     }
 
     /// The full check, O(vocabulary): the vocabulary's own checksum, every id in range and used
-    /// once, and every idf weight finite and positive.
+    /// once, every idf weight finite and positive, and the term index whole and holding the
+    /// vocabulary's very terms.
     pub fn verify(&self) -> Result<(), TextViewError> {
         use fst::Streamer;
         self.vocab
@@ -341,6 +368,14 @@ impl TextView {
             .find(|(_, w)| !(w.is_finite() && **w > 0.0))
         {
             return Err(TextViewError::BadIdf { index, value });
+        }
+        if let Some(index) = &self.index {
+            let mut terms = Vec::with_capacity(n);
+            let mut stream = self.vocab.stream();
+            while let Some((term, id)) = stream.next() {
+                terms.push((term.to_vec(), id));
+            }
+            index.verify(n, terms.into_iter())?;
         }
         Ok(())
     }
@@ -396,36 +431,61 @@ impl TextView {
         tokenize(settings, text, &mut tokens.norm, &mut tokens.words);
         let bytes = tokens.norm.as_bytes();
         let words = &tokens.words;
-        let fst = self.vocab.as_fst();
         // The terms are those of `for_each_term`: for every word i, the n-grams of words i..i + n
-        // joined by one space, n from `ngram_min` to `ngram_max`. An n-gram's key extends the
-        // (n - 1)-gram's, so one walk from the root along word i, a space, word i + 1, ... finds
-        // them all: the n-gram is known when the walk reaches a final state after its nth word.
-        // The fst's `get` does the same walk for each key from the root
-        // (docs/decisions/0025-text-query-one-walk-per-word.md).
-        for i in 0..words.len() {
-            let mut node = fst.root();
-            let mut out = fst::raw::Output::zero();
-            let mut alive = true;
-            for n in 1..=settings.ngram_max {
-                let Some(&(s, e)) = words.get(i + n - 1) else {
-                    break;
-                };
-                if alive {
-                    let word = bytes.get(s..e).unwrap_or(&[]);
-                    alive = (n == 1 || walk(fst, &mut node, &mut out, b" "))
-                        && walk(fst, &mut node, &mut out, word);
+        // joined by one space, n from `ngram_min` to `ngram_max`.
+        let mut found = |stats: &mut TextStats, id: Option<u64>| {
+            stats.terms += 1;
+            if let Some(id) = id.and_then(|id| u32::try_from(id).ok()) {
+                if (id as usize) < n_features {
+                    stats.known_terms += 1;
+                    ids.push(id);
                 }
-                if n < settings.ngram_min {
-                    continue;
+            }
+        };
+        match &self.index {
+            // The hashed index, all the text's terms at once
+            // (docs/decisions/0027-text-term-index.md).
+            Some(index) => {
+                let batch = &mut tokens.batch;
+                batch.clear();
+                for i in 0..words.len() {
+                    for n in settings.ngram_min..=settings.ngram_max {
+                        let Some(gram) = words.get(i..i + n) else {
+                            break;
+                        };
+                        batch.push(
+                            gram.iter().map(|&(s, e)| bytes.get(s..e).unwrap_or(&[])),
+                            b' ',
+                        );
+                    }
                 }
-                stats.terms += 1;
-                if alive && node.is_final() {
-                    let id = out.cat(node.final_output()).value();
-                    if let Ok(id) = u32::try_from(id) {
-                        if (id as usize) < n_features {
-                            stats.known_terms += 1;
-                            ids.push(id);
+                index
+                    .tables()
+                    .get_batch(batch, |_, id| found(&mut stats, id.map(u64::from)));
+            }
+            // A bundle without the index: an n-gram's key extends the (n - 1)-gram's, so one
+            // walk of the fst from the root along word i, a space, word i + 1, ... finds them
+            // all; the n-gram is known when the walk reaches a final state after its nth word
+            // (docs/decisions/0025-text-query-one-walk-per-word.md).
+            None => {
+                let fst = self.vocab.as_fst();
+                for i in 0..words.len() {
+                    let mut node = fst.root();
+                    let mut out = fst::raw::Output::zero();
+                    let mut alive = true;
+                    for n in 1..=settings.ngram_max {
+                        let Some(&(s, e)) = words.get(i + n - 1) else {
+                            break;
+                        };
+                        if alive {
+                            let word = bytes.get(s..e).unwrap_or(&[]);
+                            alive = (n == 1 || walk(fst, &mut node, &mut out, b" "))
+                                && walk(fst, &mut node, &mut out, word);
+                        }
+                        if n >= settings.ngram_min {
+                            let id = (alive && node.is_final())
+                                .then(|| out.cat(node.final_output()).value());
+                            found(&mut stats, id);
                         }
                     }
                 }
@@ -444,14 +504,17 @@ impl TextView {
         ids.sort_unstable();
         idx.clear();
         val.clear();
-        let idf: &[f32] = &self.idf;
         let mut rest: &[u32] = ids;
         while let Some(&id) = rest.first() {
             let run = rest.iter().take_while(|&&x| x == id).count();
             rest = rest.get(run..).unwrap_or(&[]);
-            let w = idf.get(id as usize).copied().unwrap_or(0.0);
             idx.push(id);
-            val.push(tf_weight(run as u32, settings.sublinear_tf) * w);
+            val.push(tf_weight(run as u32, settings.sublinear_tf));
+        }
+        // The idf weights are read in a loop of their own, whose reads do not wait on each other.
+        let idf: &[f32] = &self.idf;
+        for (v, &id) in val.iter_mut().zip(idx.iter()) {
+            *v *= idf.get(id as usize).copied().unwrap_or(0.0);
         }
         if settings.l2 {
             crate::data::l2_normalize(val);
@@ -465,7 +528,8 @@ mod tests {
     use super::*;
 
     /// The vector of `text` found the plain way: every term of [`for_each_term`] looked up by
-    /// itself with the fst's `get`, then weighed. `vectorize`'s one walk per word must match it.
+    /// itself with the fst's `get`, then weighed. `vectorize` must match it, by the term index and
+    /// by its one fst walk per word.
     fn by_get(view: &TextView, text: &str) -> (Vec<u32>, Vec<f32>, TextStats) {
         let mut stats = TextStats::default();
         let mut ids = Vec::new();
@@ -483,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn one_walk_per_word_finds_what_a_lookup_per_term_finds() {
+    fn the_index_and_the_walk_find_what_a_lookup_per_term_finds() {
         let train = [
             "GTK+ image viewer written in Python",
             "an image viewer for the terminal, written in C",
@@ -517,16 +581,29 @@ mod tests {
                 min_df,
                 ..TextConfig::DEFAULT
             };
-            let view = Fitted::fit_texts(&train, &cfg).unwrap().view().unwrap();
+            let fitted = Fitted::fit_texts(&train, &cfg).unwrap();
+            let view = fitted.view().unwrap();
+            assert!(view.index.is_some());
+            // A bundle written before the term index: its queries walk the fst.
+            let walking = TextView::new(
+                Section::copy_of(&fitted.vocab),
+                Section::copy_of(&fitted.idf),
+                None,
+                fitted.meta.clone(),
+                fitted.idf.len(),
+            )
+            .unwrap();
             let mut scratch = TextScratch::default();
             for q in train.iter().chain(&queries) {
-                let (mut idx, mut val) = (Vec::new(), Vec::new());
-                let stats = view.vectorize(q, &mut scratch, &mut idx, &mut val);
                 let (want_idx, want_val, want_stats) = by_get(&view, q);
-                assert_eq!(stats, want_stats, "{lo}..={hi}, min_df {min_df}: {q:?}");
-                assert_eq!(idx, want_idx, "{lo}..={hi}, min_df {min_df}: {q:?}");
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&val), bits(&want_val), "{lo}..={hi}: {q:?}");
+                for v in [&view, &walking] {
+                    let (mut idx, mut val) = (Vec::new(), Vec::new());
+                    let stats = v.vectorize(q, &mut scratch, &mut idx, &mut val);
+                    assert_eq!(stats, want_stats, "{lo}..={hi}, min_df {min_df}: {q:?}");
+                    assert_eq!(idx, want_idx, "{lo}..={hi}, min_df {min_df}: {q:?}");
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&val), bits(&want_val), "{lo}..={hi}: {q:?}");
+                }
             }
             // With every training term kept, a training text knows all its terms.
             if min_df == 1 {

@@ -641,6 +641,11 @@ fn add_text<'a>(w: &mut BundleWriter<'a>, text: Option<&'a Fitted>) -> Result<()
     if let Some(t) = text {
         w.add_bytes(crate::text::VOCAB_SECTION, &t.vocab)?;
         w.add_f32(crate::text::IDF_SECTION, &t.idf)?;
+        // An empty index stands for a vectorizer fitted before there was one.
+        if !t.index.slots.is_empty() {
+            w.add_u32(crate::text::index::SLOTS_SECTION, &t.index.slots)?;
+            w.add_bytes(crate::text::index::TERMS_SECTION, &t.index.terms)?;
+        }
     }
     Ok(())
 }
