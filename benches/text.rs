@@ -12,8 +12,9 @@
 //! rounds alternate the two parts, each round starting with the other one, so that both see the
 //! same machine: `predict` runs `Model::predict_into` on each stored vector, `text` runs
 //! `TextView::vectorize` on the document's text and `predict_into` on its output, both with warm
-//! scratch space. It prints the mean µs per document of each part, their ratio, and the mean of
-//! vectorizing alone. It asserts nothing about time.
+//! scratch space. It prints the mean µs per document of each part, their ratio, the median and
+//! range of the rounds' own ratios, and the mean of vectorizing alone. It asserts nothing about
+//! time. `XMC_TEXT_ROUNDS` sets the number of rounds (default 6).
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use xmc::bundle::OpenOptions;
 use xmc::model::{Model, PredictOptions, Prediction, Scratch};
 use xmc::text::TextScratch;
 
-/// Rounds per part; each round runs every document once.
+/// Rounds per part, unless `XMC_TEXT_ROUNDS` says otherwise; each round runs every document once.
 const ROUNDS: usize = 6;
 
 #[derive(serde::Deserialize)]
@@ -102,11 +103,20 @@ fn main() -> anyhow::Result<()> {
         rows.iter().map(|r| r.0.len()).sum::<usize>() as f64 / n as f64,
         bundle.display()
     );
+    let rounds = std::env::var("XMC_TEXT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse::<usize>().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(ROUNDS);
     let mut predict_s = 0.0;
     let mut text_s = 0.0;
     let mut vectorize_s = 0.0;
     let mut checksum = 0u64;
-    for round in 0..ROUNDS {
+    // Each round's own ratio: its two parts ran next to each other, so a slow spell of the
+    // machine weighs on both.
+    let mut ratios = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let (predict_before, text_before) = (predict_s, text_s);
         for part in 0..3 {
             let part = (part + round) % 3;
             let start = Instant::now();
@@ -139,15 +149,23 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
+        ratios.push((text_s - text_before) / (predict_s - predict_before));
     }
-    let per = |s: f64| s / (ROUNDS * n) as f64 * 1e6;
-    println!("rounds {ROUNDS}, interleaved; mean µs per document, one thread:");
+    ratios.sort_by(f64::total_cmp);
+    let per = |s: f64| s / (rounds * n) as f64 * 1e6;
+    println!("rounds {rounds}, interleaved; mean µs per document, one thread:");
     println!("  predict (already vectorized)  {:>9.2}", per(predict_s));
     println!("  vectorize + predict            {:>9.2}", per(text_s));
     println!("  vectorize alone                {:>9.2}", per(vectorize_s));
     println!(
         "  ratio (vectorize + predict) / predict = {:.3}  (checksum {checksum})",
         text_s / predict_s
+    );
+    println!(
+        "  the rounds' own ratios: median {:.3}, lowest {:.3}, highest {:.3}",
+        ratios.get(rounds / 2).copied().unwrap_or(f64::NAN),
+        ratios.first().copied().unwrap_or(f64::NAN),
+        ratios.last().copied().unwrap_or(f64::NAN)
     );
     Ok(())
 }
