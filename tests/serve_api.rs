@@ -321,11 +321,28 @@ async fn the_ova_reranker_is_on_every_route_and_per_request() {
     let (_, doc) = call(&state, "GET", "/openapi.json", None).await;
     let ova = &doc["components"]["schemas"]["PredictRequest"]["properties"]["rerank_ova"];
     assert!(ova.get("enum").is_none(), "{ova}");
+    // α per request: at 1 the search's own probabilities decide, so the labels are the plain
+    // search's; out of [0, 1] it is a 422 that names the field, on both routes.
+    let body = json!({"features": q, "rerank_ova_alpha": 1.0}).to_string();
+    let (s, one) = call(&state, "POST", "/v1/predict", Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{one}");
+    assert_eq!(one["labels"], off["labels"]);
+    assert_eq!(one["stats"]["reranked"], on["stats"]["reranked"]);
+    for bad in [json!(1.5), json!(-0.1), json!(1e39)] {
+        let body = json!({"features": q, "rerank_ova_alpha": bad}).to_string();
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(body)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {v}");
+        assert!(v["error"].to_string().contains("rerank_ova_alpha"), "{v}");
+    }
+    let body = json!({"instances": [{"features": q}, {"features": q, "rerank_ova_alpha": 2}]});
+    let (s, v) = call(&state, "POST", "/v1/predict/batch", Some(body.to_string())).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v["error"].to_string().contains("instance 1"), "{v}");
 }
 
 /// REFRAG on a model without DEFRAG (prototypes over the input features) reranks by default on
-/// the single and batch routes, and answers as the plain search with `rerank: false` (the
-/// routes take `rerank`; α and γ_r are the model's).
+/// the single and batch routes, and answers as the plain search with `rerank: false`. A request
+/// may set α and γ_r, within their ranges.
 #[tokio::test]
 async fn refrag_on_a_plain_model_is_on_every_route_and_per_request() {
     let (_dir, state) = corel5k_state("refrag=on").await;
@@ -351,6 +368,17 @@ async fn refrag_on_a_plain_model_is_on_every_route_and_per_request() {
     assert_eq!(preds[0]["labels"], on["labels"]);
     assert_eq!(preds[1]["labels"], off["labels"]);
     assert_eq!(preds[1]["stats"]["reranked"], json!(0));
+    // At α = 1 the search decides alone; a sharper γ_r changes the mixed scores.
+    let one = predict(json!({"features": q, "rerank_alpha": 1.0})).await;
+    assert_eq!(one["labels"], off["labels"]);
+    let sharp = predict(json!({"features": q, "rerank_gamma": 80.0})).await;
+    assert_ne!(sharp["scores"], on["scores"]);
+    for (field, bad) in [("rerank_alpha", 1.5), ("rerank_gamma", -1.0)] {
+        let body = json!({"features": q, field: bad}).to_string();
+        let (s, v) = call(&state, "POST", "/v1/predict", Some(body)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {v}");
+        assert!(v["error"].to_string().contains(field), "{v}");
+    }
 }
 
 #[tokio::test]

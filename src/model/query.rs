@@ -37,6 +37,16 @@ pub enum QueryError {
         /// The query's first feature in that cluster.
         id: u32,
     },
+    /// A per-request weight of a reranker is out of its range.
+    #[error("`{option}` must be {range}, got {value}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// Its range, in words.
+        range: &'static str,
+        /// The value given.
+        value: f32,
+    },
     /// Ids and values differ in length.
     #[error("{ids} feature ids but {values} values")]
     LengthMismatch {

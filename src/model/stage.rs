@@ -92,6 +92,26 @@ impl Model {
     ) -> Result<(RerankStage, bool), QueryError> {
         let dp = &self.meta.config.defrag;
         let rp = &self.meta.config.rerank;
+        // The weights a request may set, in the ranges training accepts for them.
+        let unit = |option, value: Option<f32>| match value {
+            Some(v) if !(0.0..=1.0).contains(&v) => Err(QueryError::OutOfRange {
+                option,
+                range: "in [0, 1]",
+                value: v,
+            }),
+            _ => Ok(()),
+        };
+        unit("rerank_alpha", options.rerank_alpha)?;
+        unit("rerank_ova_alpha", options.rerank_ova_alpha)?;
+        if let Some(g) = options.rerank_gamma {
+            if !g.is_finite() || g < 0.0 {
+                return Err(QueryError::OutOfRange {
+                    option: "rerank_gamma",
+                    range: "finite and at least 0",
+                    value: g,
+                });
+            }
+        }
         let rerank = options.rerank.unwrap_or(dp.refrag);
         let rerank_ova = options.rerank_ova.unwrap_or(rp.on());
         let impute = options.impute.unwrap_or(dp.fiat);

@@ -282,11 +282,13 @@ where
 
 /// The combination rule of the stage: each candidate's probability b becomes
 /// exp(α·ln b + (1 − α)·s), with s its reranker log-score (`scores`, one per candidate, ≤ 0).
-/// b is floored at the smallest positive `f32` so that a zero does not give −∞.
+/// b is floored at the smallest positive `f32` so that a zero does not give −∞, and at α = 1
+/// the reranker's score is left out rather than multiplied by 0 (a score of −∞ would give NaN).
 pub fn mix(cands: &mut [(u32, f32, u32)], scores: &[f32], alpha: f32) {
     for (c, &s) in cands.iter_mut().zip(scores) {
         let log_b = c.1.max(f32::MIN_POSITIVE).ln();
-        c.1 = (alpha * log_b + (1.0 - alpha) * s).exp();
+        let rest = if alpha < 1.0 { (1.0 - alpha) * s } else { 0.0 };
+        c.1 = (alpha * log_b + rest).exp();
     }
 }
 

@@ -156,6 +156,12 @@ pub struct PredictRequest {
     impute: Option<bool>,
     /// OVA reranking (default: the model's); refused by a model without an OVA reranker.
     rerank_ova: Option<bool>,
+    /// REFRAG's α for this request, in [0, 1] (default: the model's).
+    rerank_alpha: Option<f32>,
+    /// REFRAG's γ_r for this request, finite and at least 0 (default: the model's).
+    rerank_gamma: Option<f32>,
+    /// The OVA reranker's α for this request, in [0, 1] (default: the model's).
+    rerank_ova_alpha: Option<f32>,
     /// BP models: how many of the router's best blocks to search (default 1; more than q
     /// searches all). Ignored by a model without BP.
     block_candidates: Option<JsonInt>,
@@ -269,10 +275,10 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
             rerank: req.rerank,
             impute: req.impute,
             candidates: None,
-            rerank_alpha: None,
-            rerank_gamma: None,
+            rerank_alpha: req.rerank_alpha,
+            rerank_gamma: req.rerank_gamma,
             rerank_ova: req.rerank_ova,
-            rerank_ova_alpha: None,
+            rerank_ova_alpha: req.rerank_ova_alpha,
         },
     ))
 }
