@@ -303,3 +303,47 @@ fn the_default_lambda_choice_scores_one_held_out_fold() {
         TrainConfig::load(None, &["bp_folds=2".into(), "bp_scored_folds=3".into()]).unwrap_err();
     assert!(err.to_string().contains("bp_scored_folds"), "{err}");
 }
+
+/// REFRAG's input-space prototypes on a BP model: they are built for every label, and the shared
+/// stage reranks the candidates of the routed block without leaving it.
+#[test]
+fn plain_refrag_reranks_within_the_routed_block() {
+    let train = load("Corel5k", "train");
+    let test = load("Corel5k", "test");
+    let with: Vec<&str> = SMALL.iter().copied().chain(["refrag=on"]).collect();
+    let bp = train_with(&train, SMALL);
+    let trained = train_with(&train, &with);
+    assert_eq!(
+        trained.prototypes.as_ref().unwrap().start.len(),
+        train.n_labels() + 1
+    );
+    let model = open(&trained).unwrap();
+    assert!(model.can_rerank());
+    let plain = open(&bp).unwrap();
+    let blocks = model.bp().unwrap();
+    let off = PredictOptions {
+        rerank: Some(false),
+        ..PredictOptions::default()
+    };
+    let mut changed = 0;
+    for i in 0..100 {
+        let (idx, val) = test.feature_row(i);
+        let on = model.predict(idx, val, &PredictOptions::default()).unwrap();
+        assert!(on.reranked > 0, "query {i}");
+        assert_eq!(on.blocks.len(), 1);
+        let cluster: &[u32] = &blocks.blocks[on.blocks[0] as usize].labels;
+        assert!(
+            on.labels
+                .iter()
+                .all(|l| cluster.binary_search(&l.0).is_ok())
+        );
+        // Off, the stage leaves the BP model's own answer.
+        let base = model.predict(idx, val, &off).unwrap();
+        let same = plain.predict(idx, val, &PredictOptions::default()).unwrap();
+        assert_eq!(base.labels, same.labels, "query {i}");
+        assert_eq!(base.reranked, 0);
+        changed += usize::from(on.labels != base.labels);
+    }
+    assert!(changed > 0, "reranking changed no answer of 100");
+    assert!(p_at_1(&model, &test) > 0.2);
+}
