@@ -110,3 +110,46 @@ fn label_names_from_a_model_without_them_is_an_error() {
     );
     assert!(!out.exists());
 }
+
+/// `xmc inspect --json` says which stages a model has: the shipped text model has a vectorizer
+/// with its term index and no reranker.
+#[test]
+fn inspect_reports_the_models_stages() {
+    let model = root().join("models/default.xmcb");
+    let out = xmc(&["inspect", "--json", model.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stages = &r["stages"];
+    assert_eq!(stages["refrag"], serde_json::Value::Null, "{stages}");
+    assert_eq!(stages["rerank_ova"], false, "{stages}");
+    assert_eq!(stages["bp"], false, "{stages}");
+    assert_eq!(stages["text"]["term_index"], true, "{stages}");
+    assert_eq!(stages["text"]["terms"], 25817, "{stages}");
+    // A plain model with REFRAG: its prototypes are over the input features.
+    let dir = tempfile::tempdir().unwrap();
+    let refrag = dir.path().join("refrag.xmcb");
+    let train = common::vendored("Corel5k", "train");
+    let out = xmc(&[
+        "train",
+        "--quiet",
+        "--train",
+        train.to_str().unwrap(),
+        "--set",
+        "refrag=on",
+        "--out",
+        refrag.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = xmc(&["inspect", "--json", refrag.to_str().unwrap()]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["stages"]["refrag"], "input features", "{}", r["stages"]);
+    assert_eq!(r["stages"]["text"], serde_json::Value::Null);
+}

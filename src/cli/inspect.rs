@@ -72,8 +72,32 @@ pub fn report(model: &Model, open_ms: f64, verify_ms: f64) -> serde_json::Value 
         "open_ms": open_ms,
         "verify_ms": verify_ms,
         "meta": model.meta(),
+        "stages": stages(model),
         "sections": sections,
         "trees": trees,
+    })
+}
+
+/// What the model can do beyond its search, whatever built it: REFRAG's prototypes (over the
+/// input features, or per DEFRAG member), the OVA reranker, FIAT, the BP router and the text
+/// vectorizer (with its term index or not).
+fn stages(model: &Model) -> serde_json::Value {
+    let refrag = if model.input_prototypes().is_some() {
+        json!("input features")
+    } else if model.can_rerank() {
+        json!("DEFRAG clusters")
+    } else {
+        serde_json::Value::Null
+    };
+    json!({
+        "refrag": refrag,
+        "rerank_ova": model.can_rerank_ova(),
+        "fiat": model.can_impute(),
+        "bp": model.bp().is_some(),
+        "text": model.text().map(|t| json!({
+            "terms": t.n_features(),
+            "term_index": model.bundle().section(crate::text::index::SLOTS_SECTION).is_some(),
+        })),
     })
 }
 
@@ -148,6 +172,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     if let Some(h) = &m.heldout {
         writeln!(std::io::stdout(), "held-out   {h}")?;
     }
+    writeln!(std::io::stdout(), "stages     {}", r["stages"])?;
     for (t, tree) in r["trees"].as_array().into_iter().flatten().enumerate() {
         writeln!(std::io::stdout(), "tree {t}     {tree}")?;
     }
