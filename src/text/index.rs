@@ -3,8 +3,8 @@
 //!
 //! The fst is the vocabulary's compact, canonical form, but a lookup in it decodes one node per
 //! byte of the term, scattered over a structure of megabytes: on a large vocabulary that is most of
-//! a text query's cost. The index finds a term with one probe of an open-addressing table and one
-//! read of a record that holds the term's id and bytes side by side: two cache misses at most
+//! a text query's cost. The index finds a term with a probe of an open-addressing table and one
+//! read of a record that holds the term's id and bytes side by side, usually two cache misses
 //! (docs/decisions/0027-text-term-index.md).
 //!
 //! # Layout
@@ -35,8 +35,8 @@ pub const TERMS_SECTION: &str = "text.index.terms";
 /// The offset of an empty slot.
 const EMPTY: u32 = u32::MAX;
 
-/// Not an offset (every record offset is below `terms.len()`, at most `u32::MAX - 1`): in a batch,
-/// a term whose home slot holds another term, for which [`Tables::get`] probes on.
+/// Not an offset (every record offset is below `terms.len()`, which is below this): in a batch,
+/// marks a term whose cold home slot holds another term, so that the lookup probes on.
 const PROBE: u32 = u32::MAX - 1;
 
 /// The bytes of a record before its term: the id and the length.
@@ -52,15 +52,18 @@ pub(crate) fn term_hash(term: &[u8]) -> u64 {
 /// The number of terms in the hot table, at most: part of the format.
 const HOT: usize = 4096;
 
-/// A table's slot count for `n` terms: a power of two, at least 4n/3 and at least 8.
-fn slot_count(n: usize) -> usize {
-    (n + n.div_ceil(3)).next_power_of_two().max(8)
+/// A table's slot count for `n` terms: a power of two, at least 4n/3 and at least 8 (`None` past
+/// `usize`).
+fn slot_count(n: usize) -> Option<usize> {
+    let count = n.checked_add(n.div_ceil(3))?.checked_next_power_of_two()?;
+    Some(count.max(8))
 }
 
-/// The hot and the cold table's slot counts for `n` terms.
-fn slot_counts(n: usize) -> (usize, usize) {
+/// The hot and the cold table's slot counts for `n` terms, and the words of both.
+fn slot_counts(n: usize) -> Option<(usize, usize, usize)> {
     let hot = n.min(HOT);
-    (slot_count(hot), slot_count(n - hot))
+    let (hot, cold) = (slot_count(hot)?, slot_count(n - hot)?);
+    Some((hot, cold, hot.checked_add(cold)?.checked_mul(2)?))
 }
 
 /// Puts `off` into the first empty slot of `table` from `h`'s home on; false if it is full.
@@ -95,9 +98,8 @@ impl TermIndex {
     /// The index of `terms`, the term of feature id `i` being the `i`th; the terms are distinct
     /// (a vocabulary's). `None` when the records would not fit 32-bit offsets.
     pub(crate) fn build<'a>(terms: impl ExactSizeIterator<Item = &'a [u8]>) -> Option<TermIndex> {
-        let n = terms.len();
-        let (hot, cold) = slot_counts(n);
-        let mut slots = vec![0u32; 2 * (hot + cold)];
+        let (hot, _, words) = slot_counts(terms.len())?;
+        let mut slots = vec![0u32; words];
         for pair in slots.chunks_exact_mut(2) {
             if let [_, off] = pair {
                 *off = EMPTY;
@@ -179,23 +181,19 @@ impl TermIndexView {
         terms: Section<u8>,
         n_terms: usize,
     ) -> Result<TermIndexView, TermIndexError> {
-        let (hot, cold) = slot_counts(n_terms);
-        if slots.len() != 2 * (hot + cold) {
+        let Some((hot, _, _)) = slot_counts(n_terms).filter(|c| slots.len() == c.2) else {
             return Err(TermIndexError::Shape(format!(
                 "{SLOTS_SECTION} holds {} words, not the {} of {n_terms} terms",
                 slots.len(),
-                2 * (hot + cold)
+                slot_counts(n_terms).map_or("(too many)".into(), |c| c.2.to_string())
             )));
-        }
-        if terms.len() < HEAD * n_terms || terms.len() >= PROBE as usize {
+        };
+        let few = terms.len() < HEAD.saturating_mul(n_terms);
+        if few || terms.len() >= PROBE as usize {
             return Err(TermIndexError::Shape(format!(
                 "{TERMS_SECTION} holds {} bytes, too {} for {n_terms} terms",
                 terms.len(),
-                if terms.len() < HEAD * n_terms {
-                    "few"
-                } else {
-                    "many"
-                }
+                if few { "few" } else { "many" }
             )));
         }
         Ok(TermIndexView {
@@ -283,7 +281,7 @@ pub(crate) struct Batch {
     keys: Vec<u8>,
     /// Each term's byte range in `keys`.
     spans: Vec<(usize, usize)>,
-    /// Each term's hash and number, sorted by home slot.
+    /// Each term's hash and number, sorted by hash.
     order: Vec<(u64, u32)>,
     /// For each distinct term, in that order: its hash, its first number, how many times it
     /// occurs, and where the lookup stands.
