@@ -373,7 +373,12 @@ async fn refrag_on_a_plain_model_is_on_every_route_and_per_request() {
     assert_eq!(one["labels"], off["labels"]);
     let sharp = predict(json!({"features": q, "rerank_gamma": 80.0})).await;
     assert_ne!(sharp["scores"], on["scores"]);
-    for (field, bad) in [("rerank_alpha", 1.5), ("rerank_gamma", -1.0)] {
+    // 3.4028234663852894e38 is past f32's range, though it would round to f32::MAX.
+    for (field, bad) in [
+        ("rerank_alpha", 1.5),
+        ("rerank_gamma", -1.0),
+        ("rerank_gamma", 3.4028234663852894e38),
+    ] {
         let body = json!({"features": q, field: bad}).to_string();
         let (s, v) = call(&state, "POST", "/v1/predict", Some(body)).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{field}: {v}");

@@ -157,11 +157,11 @@ pub struct PredictRequest {
     /// OVA reranking (default: the model's); refused by a model without an OVA reranker.
     rerank_ova: Option<bool>,
     /// REFRAG's α for this request, in [0, 1] (default: the model's).
-    rerank_alpha: Option<f32>,
+    rerank_alpha: Option<f64>,
     /// REFRAG's γ_r for this request, finite and at least 0 (default: the model's).
-    rerank_gamma: Option<f32>,
+    rerank_gamma: Option<f64>,
     /// The OVA reranker's α for this request, in [0, 1] (default: the model's).
-    rerank_ova_alpha: Option<f32>,
+    rerank_ova_alpha: Option<f64>,
     /// BP models: how many of the router's best blocks to search (default 1; more than q
     /// searches all). Ignored by a model without BP.
     block_candidates: Option<JsonInt>,
@@ -264,6 +264,17 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
             ));
         }
     };
+    // The model checks the weights' ranges; here they must only fit an `f32`, so that a number
+    // just past its range is not rounded into it.
+    let weight = |name: &str, v: Option<f64>| match v {
+        Some(x) if !x.is_finite() || x.abs() > f64::from(f32::MAX) => Err(ApiError::Invalid(
+            format!("`{name}` must be a finite f32, got {x}"),
+        )),
+        _ => Ok(v.map(|x| x as f32)),
+    };
+    let rerank_alpha = weight("rerank_alpha", req.rerank_alpha)?;
+    let rerank_gamma = weight("rerank_gamma", req.rerank_gamma)?;
+    let rerank_ova_alpha = weight("rerank_ova_alpha", req.rerank_ova_alpha)?;
     Ok((
         query,
         PredictOptions {
@@ -275,10 +286,10 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
             rerank: req.rerank,
             impute: req.impute,
             candidates: None,
-            rerank_alpha: req.rerank_alpha,
-            rerank_gamma: req.rerank_gamma,
+            rerank_alpha,
+            rerank_gamma,
             rerank_ova: req.rerank_ova,
-            rerank_ova_alpha: req.rerank_ova_alpha,
+            rerank_ova_alpha,
         },
     ))
 }
