@@ -214,16 +214,11 @@ impl TermIndexView {
         }
     }
 
-    /// The full check, O(vocabulary), for an index of `n` terms: the records tile
+    /// The full check of the index itself, O(vocabulary), for `n` terms: the records tile
     /// `text.index.terms` and hold every id below `n` once, exactly `n` slots are full, and each
     /// record is found by looking up its own term (so every full slot leads to its own record).
-    /// Then every `(term, id)` of the vocabulary `vocab` must be found at `id`: the index holds
-    /// the vocabulary's very terms.
-    pub(crate) fn verify(
-        &self,
-        n: usize,
-        vocab: impl Iterator<Item = (Vec<u8>, u64)>,
-    ) -> Result<(), TermIndexError> {
+    /// [`TermIndexView::check_term`] then ties it to the vocabulary, term by term.
+    pub(crate) fn verify(&self, n: usize) -> Result<(), TermIndexError> {
         let t = self.tables();
         let bad = |what: String| Err(TermIndexError::Content(what));
         let mut seen = vec![false; n];
@@ -261,15 +256,20 @@ impl TermIndexView {
                 "{records} records and {full} full slots for {n} terms"
             ));
         }
-        for (term, id) in vocab {
-            if t.get(&term).map(u64::from) != Some(id) {
-                return bad(format!(
-                    "the vocabulary maps {:?} to {id}, the index does not",
-                    String::from_utf8_lossy(&term)
-                ));
-            }
-        }
         Ok(())
+    }
+
+    /// The rest of the full check, for each `(term, id)` of the vocabulary: the index must find
+    /// `term` at `id`, so that, with [`TermIndexView::verify`], it holds the vocabulary's very
+    /// terms.
+    pub(crate) fn check_term(&self, term: &[u8], id: u64) -> Result<(), TermIndexError> {
+        if self.tables().get(term).map(u64::from) == Some(id) {
+            return Ok(());
+        }
+        Err(TermIndexError::Content(format!(
+            "the vocabulary maps {:?} to {id}, the index does not",
+            String::from_utf8_lossy(term)
+        )))
     }
 }
 
@@ -455,8 +455,13 @@ mod tests {
         TermIndexView::new(Section::copy_of(&ix.slots), Section::copy_of(&ix.terms), n)
     }
 
-    fn vocab(terms: &[Vec<u8>]) -> impl Iterator<Item = (Vec<u8>, u64)> + '_ {
-        terms.iter().enumerate().map(|(i, t)| (t.clone(), i as u64))
+    /// The whole full check against the vocabulary `terms` (term `i` at id `i`).
+    fn verify_all(v: &TermIndexView, n: usize, terms: &[Vec<u8>]) -> Result<(), TermIndexError> {
+        v.verify(n)?;
+        for (id, term) in terms.iter().enumerate() {
+            v.check_term(term, id as u64)?;
+        }
+        Ok(())
     }
 
     #[test]
@@ -501,13 +506,13 @@ mod tests {
             want.push(Some(5001));
             assert_eq!(got, want);
         }
-        v.verify(terms.len(), vocab(&terms)).unwrap();
+        verify_all(&v, terms.len(), &terms).unwrap();
         // The vocabulary must be the index's: a term it lacks, or one at another id, is caught.
         let mut other = terms.clone();
         other[5] = b"elsewhere".to_vec();
-        assert!(v.verify(terms.len(), vocab(&other)).is_err());
+        assert!(verify_all(&v, terms.len(), &other).is_err());
         other.swap(5, 6);
-        assert!(v.verify(terms.len(), vocab(&other)).is_err());
+        assert!(verify_all(&v, terms.len(), &other).is_err());
     }
 
     #[test]
@@ -564,7 +569,7 @@ mod tests {
             }
             v.tables().get_batch(&mut batch, |_, _| {});
             assert_eq!(v.tables().get(b"absent"), None, "{what}");
-            let err = v.verify(n, vocab(&terms)).unwrap_err();
+            let err = verify_all(&v, n, &terms).unwrap_err();
             assert!(err.to_string().contains("text.index"), "{what}: {err}");
         }
     }

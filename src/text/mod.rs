@@ -346,6 +346,9 @@ impl TextView {
                 found: self.vocab.len(),
             });
         }
+        // The index's term check runs in the same pass over the fst, its first failure reported
+        // after the vocabulary's and the index's own checks.
+        let mut index_term = Ok(());
         let mut seen = vec![false; n];
         let mut stream = self.vocab.stream();
         while let Some((term, id)) = stream.next() {
@@ -360,6 +363,9 @@ impl TextView {
                     n_features: n,
                 });
             }
+            if let (Some(index), Ok(())) = (&self.index, &index_term) {
+                index_term = index.check_term(term, id);
+            }
         }
         if let Some((index, &value)) = self
             .idf
@@ -370,14 +376,9 @@ impl TextView {
             return Err(TextViewError::BadIdf { index, value });
         }
         if let Some(index) = &self.index {
-            let mut terms = Vec::with_capacity(n);
-            let mut stream = self.vocab.stream();
-            while let Some((term, id)) = stream.next() {
-                terms.push((term.to_vec(), id));
-            }
-            index.verify(n, terms.into_iter())?;
+            index.verify(n)?;
         }
-        Ok(())
+        Ok(index_term?)
     }
 
     /// The settings and counts of the fit.
