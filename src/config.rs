@@ -74,6 +74,18 @@ pub enum WeightFormat {
     Bf16,
 }
 
+/// Which training points a tree node's classifiers see as negatives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TreeNegatives {
+    /// Teacher-forced (Parabel): the points with a label under the node (the default).
+    #[default]
+    Tfn,
+    /// Teacher-forced plus matcher-aware (XR-Linear): also the points that the trained upper
+    /// levels' beam search (the model's `beam`) brings to the node. Trains depth by depth.
+    Man,
+}
+
 /// Which model family to train.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -158,6 +170,14 @@ pub struct TrainConfig {
     /// bundles that do not use it are unchanged.
     #[serde(default, skip_serializing_if = "layers::omit_default")]
     pub weights: WeightFormat,
+    /// The negatives of the tree nodes' classifiers. Left out of the metadata when `tfn`, so
+    /// bundles that do not use it are unchanged.
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
+    pub negatives: TreeNegatives,
+    /// The beam of the training search that finds the matcher-aware negatives (`negatives =
+    /// man`); 0 takes the model's `beam`. Left out of the metadata when 0.
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
+    pub man_beam: usize,
     /// The text vectorizer's settings (`[train.text]`, `text.*` keys), used when training from
     /// JSON Lines. Left out of the metadata when default, so other bundles are unchanged.
     #[serde(default, skip_serializing_if = "layers::omit_default")]
@@ -195,6 +215,8 @@ impl TrainConfig {
         threads: 0,
         defrag: DefragParams::DEFAULT,
         weights: WeightFormat::F32,
+        negatives: TreeNegatives::Tfn,
+        man_beam: 0,
         text: TextConfig::DEFAULT,
         rerank: RerankParams::DEFAULT,
     };

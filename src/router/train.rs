@@ -10,7 +10,7 @@ use crate::data::{Dataset, SparseMatrix, row_slices};
 use crate::linear::SolverParams;
 use crate::train::{OneTree, Progress, Quiet, TrainError, single_leaf, train_one_tree};
 use crate::tree::freq::label_frequencies;
-use crate::tree::train::{select_rows, train_tree};
+use crate::tree::train::{Negatives, select_rows, train_tree};
 use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -267,7 +267,8 @@ fn train_router(
         labels,
     };
     let layout = single_leaf(q).map_err(bp_err)?;
-    train_tree(&rds, &layout, solver, &|| {}).map_err(|e| bp_err(format!("router: {e}")))
+    train_tree(&rds, &layout, solver, Negatives::TeacherForced, &|| {})
+        .map_err(|e| bp_err(format!("router: {e}")))
 }
 
 /// The n × q indicator matrix of the blocks.

@@ -6,7 +6,7 @@
 
 use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
-use crate::config::{ModelKind, TrainConfig, WeightFormat};
+use crate::config::{ModelKind, TrainConfig, TreeNegatives, WeightFormat};
 use crate::data::{Dataset, LabelId, SparseMatrix};
 use crate::defrag::train::{DefragArrays, Prototypes};
 use crate::model::{Created, MODEL_FORMAT, Model, ModelMeta, defrag_section, refrag_section};
@@ -19,7 +19,7 @@ use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embed
 use crate::tree::chunk::{Widths, narrowest, pack_entries};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{TreeTrainError, train_tree};
+use crate::tree::train::{Negatives, TreeTrainError, train_tree};
 use crate::tree::view::TreeArrays;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -555,8 +555,18 @@ fn tree_classifiers(
 ) -> Result<OneTree, OneTreeError> {
     let start = Instant::now();
     let solver = crate::linear::SolverParams { seed, ..cfg.solver };
-    let arrays =
-        train_tree(ds, layout, &solver, on_node_done).map_err(OneTreeError::Classifiers)?;
+    let negatives = match cfg.negatives {
+        TreeNegatives::Tfn => Negatives::TeacherForced,
+        TreeNegatives::Man => Negatives::Matcher {
+            beam: if cfg.man_beam == 0 {
+                cfg.beam
+            } else {
+                cfg.man_beam
+            },
+        },
+    };
+    let arrays = train_tree(ds, layout, &solver, negatives, on_node_done)
+        .map_err(OneTreeError::Classifiers)?;
     let classifiers_s = start.elapsed().as_secs_f64();
     let stats = serde_json::json!({
         "nodes": layout.n_nodes(),

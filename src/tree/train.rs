@@ -5,12 +5,16 @@
 //! the child's or label's points are the positives, the others the negatives. Nodes are independent
 //! problems, so they run in parallel with rayon, and each node's columns run in parallel inside the
 //! solver.
+//!
+//! With matcher-aware negatives ([`Negatives::Matcher`], XR-Linear's "MAN"), a node also trains on
+//! the points that a beam search over the already trained depths above brings to it without a
+//! label under it. The tree then trains one depth at a time, in parallel within a depth.
 
 use super::chunk::{ChunkError, ChunksBuilder};
 use super::layout::TreeLayout;
 use super::view::TreeArrays;
 use crate::data::{Dataset, SparseMatrix, row_slices};
-use crate::linear::{LinearColumn, SolverError, SolverParams, train_columns};
+use crate::linear::{LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -96,14 +100,15 @@ fn local_positions(all: &[u32], subset: &[u32]) -> Vec<u32> {
     out
 }
 
-/// The positives of each output of `node`, as row positions within the node's points.
+/// The positives of each output of `node`, as row positions within `rows`, the node's training
+/// points (sorted): a leaf's labels, or an internal node's children, whose points are `tfn[c]`.
 fn node_positives(
     layout: &TreeLayout,
     ds: &Dataset,
     node: usize,
-    points: &[Vec<u32>],
+    rows: &[u32],
+    tfn: &[Vec<u32>],
 ) -> Vec<Vec<u32>> {
-    let rows = &points[node];
     if layout.is_leaf(node) {
         let labels = layout.labels_of(node);
         let mut pos = vec![Vec::new(); labels.len()];
@@ -118,9 +123,46 @@ fn node_positives(
     } else {
         layout
             .children(node)
-            .map(|c| local_positions(rows, &points[c]))
+            .map(|c| local_positions(rows, &tfn[c]))
             .collect()
     }
+}
+
+/// Which training points a node's classifiers see as negatives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Negatives {
+    /// Parabel's teacher-forced negatives: the points with a label in the node's subtree and
+    /// none in the output's.
+    TeacherForced,
+    /// Those, plus the points that the trained upper levels' beam search of this width brings to
+    /// the node without a label in its subtree (XR-Linear's matcher-aware negatives).
+    Matcher {
+        /// The training search's beam: nodes kept per depth and point.
+        beam: usize,
+    },
+}
+
+/// One node's classifiers over `rows` (sorted point ids), in the original feature ids.
+fn train_node(
+    ds: &Dataset,
+    layout: &TreeLayout,
+    solver: &SolverParams,
+    node: usize,
+    rows: &[u32],
+    tfn: &[Vec<u32>],
+) -> Result<Vec<LinearColumn>, TreeTrainError> {
+    let (x, features) = select_rows_compact(&ds.features, rows);
+    let positives = node_positives(layout, ds, node, rows, tfn);
+    train_columns(&x, &positives, solver)
+        .map(|mut cols| {
+            for col in &mut cols {
+                for j in &mut col.indices {
+                    *j = features[*j as usize];
+                }
+            }
+            cols
+        })
+        .map_err(|source| TreeTrainError::Solver { node, source })
 }
 
 /// Trains every node classifier of `layout` on `ds` and lays the tree out for storage.
@@ -128,30 +170,161 @@ pub fn train_tree(
     ds: &Dataset,
     layout: &TreeLayout,
     solver: &SolverParams,
+    negatives: Negatives,
     on_node_done: &(dyn Fn() + Sync),
 ) -> Result<TreeArrays<Vec<u32>, Vec<f32>>, TreeTrainError> {
-    let points = layout.points_per_node(ds);
-    let n = layout.n_nodes();
-    let columns: Vec<Vec<LinearColumn>> = (0..n)
-        .into_par_iter()
-        .map(|node| {
-            let (x, features) = select_rows_compact(&ds.features, &points[node]);
-            let positives = node_positives(layout, ds, node, &points);
-            let cols = train_columns(&x, &positives, solver)
-                .map(|mut cols| {
-                    for col in &mut cols {
-                        for j in &mut col.indices {
-                            *j = features[*j as usize];
-                        }
-                    }
-                    cols
-                })
-                .map_err(|source| TreeTrainError::Solver { node, source });
-            on_node_done();
-            cols
-        })
-        .collect::<Result<_, _>>()?;
+    let tfn = layout.points_per_node(ds);
+    let columns = match negatives {
+        Negatives::TeacherForced => (0..layout.n_nodes())
+            .into_par_iter()
+            .map(|node| {
+                let cols = train_node(ds, layout, solver, node, &tfn[node], &tfn);
+                on_node_done();
+                cols
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Negatives::Matcher { beam } => {
+            train_with_matcher(ds, layout, solver, &tfn, beam.max(1), on_node_done)?
+        }
+    };
+    lay_out(layout, &columns)
+}
 
+/// Trains the tree depth by depth. A depth's nodes train on their teacher-forced points plus the
+/// points that reach them in a beam search of width `beam` over the depths above, already
+/// trained; then every point's beam moves one depth down, scored by the new classifiers.
+fn train_with_matcher(
+    ds: &Dataset,
+    layout: &TreeLayout,
+    solver: &SolverParams,
+    tfn: &[Vec<u32>],
+    beam: usize,
+    on_node_done: &(dyn Fn() + Sync),
+) -> Result<Vec<Vec<LinearColumn>>, TreeTrainError> {
+    let n = layout.n_nodes();
+    let n_points = ds.n_points();
+    // Nodes are numbered breadth first, so each depth is one range of ids.
+    let mut depth_start = vec![0usize];
+    for node in 1..n {
+        if layout.depth(node) != layout.depth(node - 1) {
+            depth_start.push(node);
+        }
+    }
+    depth_start.push(n);
+    // reached[node]: (point, log-probability of its path) for the points the beam brought there.
+    let mut reached: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
+    reached[0] = (0..n_points as u32).map(|p| (p, 0.0)).collect();
+    let mut columns: Vec<Vec<LinearColumn>> = Vec::with_capacity(n);
+    for w in depth_start.windows(2) {
+        let (lo, hi) = (w[0], w[1]);
+        let trained = (lo..hi)
+            .into_par_iter()
+            .map(|node| {
+                let rows = union_sorted(&tfn[node], reached[node].iter().map(|&(p, _)| p));
+                let cols = train_node(ds, layout, solver, node, &rows, tfn);
+                on_node_done();
+                cols
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Every point's candidates one depth down: (point, child, path log-probability).
+        let mut next: Vec<(u32, u32, f32)> = (lo..hi)
+            .into_par_iter()
+            .filter(|&node| !layout.is_leaf(node))
+            .flat_map_iter(|node| {
+                expand(
+                    ds,
+                    layout,
+                    solver.loss,
+                    node,
+                    &trained[node - lo],
+                    &reached[node],
+                )
+            })
+            .collect();
+        // Best first per point, ties to the lower child id, so the beam is deterministic.
+        next.par_sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then(b.2.total_cmp(&a.2)).then(a.1.cmp(&b.1))
+        });
+        let mut kept = 0usize;
+        let mut last = u32::MAX;
+        for &(point, child, logp) in &next {
+            if point != last {
+                last = point;
+                kept = 0;
+            }
+            if kept < beam {
+                reached[child as usize].push((point, logp));
+                kept += 1;
+            }
+        }
+        for r in &mut reached[lo..hi] {
+            *r = Vec::new();
+        }
+        columns.extend(trained);
+    }
+    Ok(columns)
+}
+
+/// Scores the children of internal `node` for each point in `reached` (sorted by point).
+fn expand(
+    ds: &Dataset,
+    layout: &TreeLayout,
+    loss: crate::linear::Loss,
+    node: usize,
+    cols: &[LinearColumn],
+    reached: &[(u32, f32)],
+) -> Vec<(u32, u32, f32)> {
+    let mut out = Vec::with_capacity(reached.len() * cols.len());
+    let mut dense = vec![0f32; ds.features.cols()];
+    for (child, col) in layout.children(node).zip(cols) {
+        for (&j, &v) in col.indices.iter().zip(&col.values) {
+            dense[j as usize] = v;
+        }
+        for &(point, logp) in reached {
+            let (idx, val) = row_slices(&ds.features, point as usize);
+            let s: f32 = col.bias
+                + idx
+                    .iter()
+                    .zip(val)
+                    .map(|(&j, &x)| dense[j as usize] * x)
+                    .sum::<f32>();
+            out.push((point, child as u32, logp + score_to_log_prob(loss, s)));
+        }
+        for &j in &col.indices {
+            dense[j as usize] = 0.0;
+        }
+    }
+    out
+}
+
+/// The sorted union of sorted `a` and the ascending `b`.
+fn union_sorted(a: &[u32], b: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len());
+    let mut a = a.iter().copied().peekable();
+    let mut b = b.peekable();
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(&x), Some(&y)) if x < y => a.next(),
+            (Some(&x), Some(&y)) if y < x => b.next(),
+            (Some(_), Some(_)) => {
+                b.next();
+                a.next()
+            }
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
+/// Lays trained node classifiers out as the stored tree arrays.
+fn lay_out(
+    layout: &TreeLayout,
+    columns: &[Vec<LinearColumn>],
+) -> Result<TreeArrays<Vec<u32>, Vec<f32>>, TreeTrainError> {
+    let n = layout.n_nodes();
     let mut node_info = Vec::with_capacity(n);
     let mut out_start = vec![0u32];
     let mut out_ids = Vec::new();
@@ -197,6 +370,16 @@ mod tests {
         assert_eq!(c.indptr().raw_storage(), &[0, 2, 4]);
         assert_eq!(c.indices(), &[0, 1, 0, 2]);
         assert_eq!(c.data(), &[1.0, 2.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn union_of_sorted_lists_is_sorted_and_unique() {
+        assert_eq!(
+            union_sorted(&[1, 4, 6], [0, 4, 5, 9].into_iter()),
+            vec![0, 1, 4, 5, 6, 9]
+        );
+        assert_eq!(union_sorted(&[], [3].into_iter()), vec![3]);
+        assert_eq!(union_sorted(&[2, 3], std::iter::empty()), vec![2, 3]);
     }
 
     #[test]
