@@ -66,3 +66,23 @@ fn a_beam_of_one_still_reaches_every_depth() {
         assert_eq!(p.labels.len(), PredictOptions::default().k, "point {i}");
     }
 }
+
+#[test]
+fn matcher_negatives_reach_the_trees_of_defrag_and_bp_models() {
+    // Every tree the trainer builds goes through the same node training: DEFRAG members train on
+    // agglomerated rows, BP blocks on their own points. Each model differs from its
+    // teacher-forced twin and answers.
+    let (train, test) = (common::load("Corel5k", "train"), common::load("Corel5k", "test"));
+    let opts = PredictOptions::default();
+    for base in [
+        &["max_leaf=40", "defrag=xy", "d0=8"][..],
+        &["bp=on", "bp_lambda=0.1", "bp_q=2", "max_leaf=40"][..],
+    ] {
+        let plain = train_with(&train, base);
+        let with: Vec<&str> = base.iter().copied().chain(["negatives=man"]).collect();
+        let man = train_with(&train, &with);
+        assert_ne!(plain.meta.version, man.meta.version, "{base:?}");
+        let p = p_at_1(&open(&man), &test, &opts);
+        assert!(p > 0.1, "{base:?}: P@1 {p}");
+    }
+}
