@@ -72,7 +72,10 @@ fn matcher_negatives_reach_the_trees_of_defrag_and_bp_models() {
     // Every tree the trainer builds goes through the same node training: DEFRAG members train on
     // agglomerated rows, BP blocks on their own points. Each model differs from its
     // teacher-forced twin and answers.
-    let (train, test) = (common::load("Corel5k", "train"), common::load("Corel5k", "test"));
+    let (train, test) = (
+        common::load("Corel5k", "train"),
+        common::load("Corel5k", "test"),
+    );
     let opts = PredictOptions::default();
     for base in [
         &["max_leaf=40", "defrag=xy", "d0=8"][..],
