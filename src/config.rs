@@ -82,7 +82,8 @@ pub enum TreeNegatives {
     #[default]
     Tfn,
     /// Teacher-forced plus matcher-aware (XR-Linear): also the points that the trained upper
-    /// levels' beam search (the model's `beam`) brings to the node. Trains depth by depth.
+    /// levels' beam search (width `man_beam`, or the model's `beam`) brings to the node. Trains
+    /// depth by depth.
     Man,
 }
 
