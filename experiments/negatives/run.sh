@@ -17,7 +17,8 @@ if [[ -f $data/$ds/train.jsonl.gz ]]; then
 else
   tr=$data/$ds/train.txt.gz te=$data/$ds/test.txt.gz base=()
 fi
-model=$out/$ds-$neg-$b-$m-$t.xmcb
+tag=$(printf %s "$*" | tr -c "a-zA-Z0-9=" _)
+model=$out/$ds-$neg-$b-$m-$t${tag:+-$tag}.xmcb
 t0=$(date +%s.%N)
 "$xmc" train --quiet "${base[@]}" --train "$tr" --out "$model" --set threads=2 \
   --set negatives="$neg" --set branching="$b" --set max_leaf="$m" --set trees="$t" "$@"
