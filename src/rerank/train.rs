@@ -13,7 +13,7 @@ use crate::cluster::derive_seed;
 use crate::data::Dataset;
 use crate::linear::{SolverError, SolverParams, train_columns};
 use crate::model::{Model, PredictOptions, QueryError};
-use crate::tree::train::select_rows_compact;
+use crate::tree::train::{local_positions, select_rows_compact, union_sorted};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -85,23 +85,8 @@ fn points_per_label<'a>(rows: impl Iterator<Item = &'a [u32]>, n_labels: usize) 
 
 /// The union of two ascending lists, and the positions in it of the first list's elements.
 fn union_with_positions(pos: &[u32], other: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let mut rows = Vec::with_capacity(pos.len() + other.len());
-    let mut at = Vec::with_capacity(pos.len());
-    let (mut a, mut b) = (0, 0);
-    while a < pos.len() || b < other.len() {
-        let take_pos = b >= other.len() || (a < pos.len() && pos[a] <= other[b]);
-        if take_pos {
-            if b < other.len() && other[b] == pos[a] {
-                b += 1;
-            }
-            at.push(rows.len() as u32);
-            rows.push(pos[a]);
-            a += 1;
-        } else {
-            rows.push(other[b]);
-            b += 1;
-        }
-    }
+    let rows = union_sorted(pos, other.iter().copied());
+    let at = local_positions(&rows, pos);
     (rows, at)
 }
 

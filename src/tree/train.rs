@@ -85,7 +85,7 @@ pub fn select_rows_compact(x: &SparseMatrix, rows: &[u32]) -> (SparseMatrix, Vec
 }
 
 /// The positions in `all` (sorted) of the elements of `subset` (sorted, a subset of `all`).
-fn local_positions(all: &[u32], subset: &[u32]) -> Vec<u32> {
+pub(crate) fn local_positions(all: &[u32], subset: &[u32]) -> Vec<u32> {
     let mut out = Vec::with_capacity(subset.len());
     let mut j = 0;
     for &s in subset {
@@ -298,7 +298,7 @@ fn expand(
 }
 
 /// The sorted union of sorted `a` and the ascending `b`.
-fn union_sorted(a: &[u32], b: impl Iterator<Item = u32>) -> Vec<u32> {
+pub(crate) fn union_sorted(a: &[u32], b: impl Iterator<Item = u32>) -> Vec<u32> {
     let mut out = Vec::with_capacity(a.len());
     let mut a = a.iter().copied().peekable();
     let mut b = b.peekable();
