@@ -1,4 +1,5 @@
-//! Command-line interface: argument parsing that calls the library and nothing else.
+//! Command-line interface: argument parsing, file reading, and the steps around the library's
+//! calls (`train` evaluates a new bundle on held-out data and records the metrics in its metadata).
 
 use clap::{Parser, Subcommand};
 
