@@ -12,7 +12,7 @@
 //!   `&[u64]`/`&[f32]` views that hold an `Arc` of the bytes and so outlive the `Bundle`.
 //! - [`FormatError`] says what is wrong and where.
 //!
-//! # Byte layout, format versions 1 to 3
+//! # Byte layout, format versions 1 to 4 (every version this build reads)
 //!
 //! All integers are little-endian. Offsets are absolute file offsets.
 //!
@@ -21,7 +21,7 @@
 //! | **header** | | |
 //! | 0 | 8 | magic `58 4d 43 42 00 0d 0a 1a` (`b"XMCB\0\r\n\x1a"`) |
 //! | 8 | 4 | endianness mark `0x01020304` (bytes `04 03 02 01`) |
-//! | 12 | 4 | format version, `1`, `2` or `3` |
+//! | 12 | 4 | format version, `1` to `4` (this build writes `4`) |
 //! | 16 | 4 | section count `n` |
 //! | 20 | 4 | flags, `0` |
 //! | 24 | 8 | file length in bytes |
