@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A fleet on one machine: N `xmc serve` replicas behind HAProxy (Debian's `haproxy`), driven by
-# xmc-loadtest through a live model rollout (issue 62, acceptance 4).
+# xmc-loadtest through a live model rollout, to check that the rollout drops no request.
 #
 #   scripts/fleet.sh [OUT]          (default out/fleet; needs `apt-get install haproxy`)
 #

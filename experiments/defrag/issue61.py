@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""DEFRAG-XY against the same model without it, and FIAT under feature erasure (issue 61).
+"""DEFRAG-XY against the same model without it, and FIAT under feature erasure.
 
 Usage: experiments/defrag/issue61.py OUT_DIR PLAN DATASET_DIR [DATASET_DIR...]
        (each DATASET_DIR holds train.txt.gz and test.txt.gz; XMC defaults to target/release/xmc)

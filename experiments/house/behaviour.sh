@@ -1,5 +1,5 @@
 #!/bin/bash
-# behaviour.sh OLD_BIN NEW_BIN WORKDIR: issue 60 lines 4 and 5 (predict byte-identity, eval latency).
+# behaviour.sh OLD_BIN NEW_BIN WORKDIR: a refactor's two checks (predict output byte-identical, eval latency unchanged).
 set -euo pipefail
 OLD=$1; NEW=$2; W=$3; D=${XMC_DATASETS:?set XMC_DATASETS}/debian-deps
 mkdir -p $W

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# REFRAG on a plain model (no DEFRAG) against the same model without it (issue 61, line 2): every
+# REFRAG on a plain model (no DEFRAG) against the same model without it: every
 # model trained with T = 3 and 2 threads (wall time, appended to OUT/train.txt; a model already in
 # OUT is kept), evaluated with `xmc eval` (one thread, one query at a time) on the test split.
 # Usage: experiments/refrag/run.sh DATASETS_DIR OUT_DIR PART...

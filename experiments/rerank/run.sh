@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The OVA reranker against the plain tree and flat one-vs-all (issue 63, lines 2 to 4): every
+# The OVA reranker against the plain tree and flat one-vs-all: every
 # model trained with 2 threads (wall time, appended to OUT/train.txt; a model already in OUT is
 # kept), then evaluated with one thread per query (`xmc eval` is sequential), the models and the
 # reranker's query-time candidate counts alternated round by round, then the reranker's α swept

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The defaults sweep of issue 63: trains one model per (data set, branching, max_leaf, trees)
+# The defaults sweep (which branching, max_leaf and tree count to ship): trains one model per (data set, branching, max_leaf, trees)
 # with 2 threads, evaluates it with one query thread (`xmc eval` is sequential), and appends one
 # JSON object per model to OUT/results.jsonl. A model whose result is already there is skipped,
 # so an interrupted sweep resumes.
