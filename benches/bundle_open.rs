@@ -9,7 +9,7 @@
 //! Then whole models: `Model::open` without verification (the container plus the O(nodes +
 //! labels) structural checks) and with it (every checksum, weight entry and name), on the
 //! shipped default model and on each bundle named in `XMC_BENCH_MODELS` (comma-separated
-//! paths, e.g. a debian-deps model 80× its size).
+//! paths, e.g. a debian-deps model, many times its size).
 //! Run with `cargo bench --bench bundle_open`. It prints figures and asserts nothing about time.
 
 use std::path::Path;

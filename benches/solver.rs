@@ -2,8 +2,9 @@
 //!
 //! Data: `XMC_BENCH_DATA` (a directory with `train.txt.gz` and `test.txt.gz`), by default
 //! `debian-deps` under `XMC_DATASETS`, the largest set there. `XMC_BENCH_STRIDE` (default 8) picks
-//! every s-th label for the head-to-head runs: the reference solver needs about 0.12 s of one
-//! core per label on this data, so all 31,824 labels would take it about an hour on 2 cores.
+//! every s-th label for the head-to-head runs: the reference solver is slow enough per label
+//! that all of debian-deps' labels would take it about an hour on 2 cores
+//! (docs/decisions/0018-solver-and-trainer-costs.md).
 //! The subset keeps head and tail labels in their natural proportion. P@1 on the subset ranks
 //! only its labels. `XMC_BENCH_STRIDE=1` runs the head-to-head on every label.
 //!

@@ -337,8 +337,9 @@ fn expected_requests(spec: &RunSpec) -> usize {
 }
 
 /// How close to a send time the sender stops sleeping and spins. tokio's timer has a
-/// resolution of 1 ms and a sleeping thread wakes late by the kernel's wake-up latency (about
-/// 0.1 ms on the 2-core VM, with a tail of milliseconds), so the last stretch is spun.
+/// resolution of 1 ms and a sleeping thread wakes late by the kernel's wake-up latency, with a
+/// tail of milliseconds, so the last stretch is spun
+/// (docs/decisions/0034-load-generator-pacing-and-memory.md).
 const SPIN_WINDOW: Duration = Duration::from_millis(2);
 
 /// Runs `spec` against `target` on the current (single-threaded) runtime.
@@ -447,8 +448,9 @@ pub async fn run(
                     body: body_idx,
                 };
                 // A response body is a slice of the connection's read buffer, and keeping it
-                // would keep that whole buffer (about 4.7 KB per predict answer, 47 MB/s at
-                // 10,000 req/s). The copy keeps only the answer's bytes.
+                // would keep that whole buffer, several times the answer, at every request
+                // (docs/decisions/0034-load-generator-pacing-and-memory.md). The copy keeps only
+                // the answer's bytes.
                 let keep = keep && sample.ok();
                 let _ = tx.send((sample, keep.then(|| Bytes::copy_from_slice(&bytes))));
             });

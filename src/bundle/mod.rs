@@ -162,10 +162,10 @@ fn populate(map: &memmap2::Mmap, mut step_done: impl FnMut()) -> bool {
 }
 
 /// Tells the kernel the whole map will be read soon, where the platform supports it, in
-/// [`ADVICE_STEP`] pieces as [`release_pages`] does. Measured, not explained: under swaps
-/// every 0.5 s at 3750 req/s on debian-deps (two runs each), p99 during the swaps was
-/// 1.56–2.02 ms with one call over the 108 MB map, 1.40–1.47 ms with no advice at all, and
-/// 1.27–1.28 ms in 1 MiB steps, which keep the read-ahead for a cold file.
+/// [`ADVICE_STEP`] pieces as [`release_pages`] does. Measured, not explained: under swaps, p99
+/// during the swaps was lowest in steps, above one call over the whole map and above no advice
+/// at all (docs/decisions/0010-loading-under-sched-idle.md); steps also keep the read-ahead for a
+/// cold file.
 fn advise_will_need(map: &memmap2::Mmap) {
     #[cfg(unix)]
     for (offset, len) in advice_steps(map.len()) {

@@ -226,9 +226,9 @@ impl Bundle {
 
     /// Drops this process's page-table entries for a mapped bundle, a few hundred pages at a
     /// time, so that unmapping it later is quick. Meant for a bundle about to be closed, on a
-    /// thread of its own: one `munmap` of a prefaulted 114 MB bundle held the address-space lock
-    /// for 4–16 ms (measured with `strace -T`), stalling every thread that needed it meanwhile
-    /// (page faults, the allocator's `mprotect`). Each step here holds it for a short while only.
+    /// thread of its own: one `munmap` of a whole prefaulted bundle holds the address-space lock
+    /// for milliseconds (docs/decisions/0007-release-thread.md), stalling every thread that needs
+    /// it meanwhile (page faults, the allocator's `mprotect`). Each step here holds it for a short while only.
     /// The bytes stay readable: a later read refaults them from the file. Copied bundles ignore
     /// it.
     pub fn release_pages(&self) {

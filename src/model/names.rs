@@ -53,7 +53,8 @@ impl Names {
     }
 }
 
-/// How many names [`Names::parse`] reads between calls of its `step_done`: about 0.2 ms.
+/// How many names [`Names::parse`] reads between calls of its `step_done`: a step short next
+/// to a scheduler tick (docs/decisions/0010-loading-under-sched-idle.md).
 pub const NAMES_STEP: usize = 4096;
 
 impl<S: AsRef<str>> FromIterator<S> for Names {

@@ -2,7 +2,7 @@
 //!
 //! axum's `serve` keeps a connection open for as long as the client does: a keep-alive
 //! connection left idle, or one whose client sends its headers a byte at a time, holds a file
-//! descriptor and hyper's buffers (about 24 KB) for good, so enough of them stop the server
+//! descriptor and hyper's read and write buffers for good, so enough of them stop the server
 //! accepting anyone. [`serve`] is the same accept loop with an idle limit: a connection that
 //! starts no request for `idle` is closed (checked every quarter of it, so it goes after between
 //! `idle` and 1.25 × `idle` without one). A request in flight counts as started, and

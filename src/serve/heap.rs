@@ -2,15 +2,14 @@
 //!
 //! glibc's allocator returns freed memory to the kernel only from the top of each arena. What a
 //! burst frees below a live allocation (connection buffers, request bodies, answers) stays
-//! resident for the life of the process: after 5 s at 24,000 req/s against the debian-deps
-//! serving model, the server kept 84–112 MB of anonymous memory it no longer used, against about
-//! 3 MB before (docs/decisions/0008-heap-trimmer.md). `malloc_trim(0)` gives those pages back with
+//! resident for the life of the process: after an overload the server keeps tens of times the
+//! anonymous memory it had before, no longer used (docs/decisions/0008-heap-trimmer.md). `malloc_trim(0)` gives those pages back with
 //! `madvise`, arena by arena.
 //!
 //! A thread of its own ([`spawn_trimmer`]) reads the process's anonymous resident memory once a
 //! second, which takes no lock the requests use. When that has grown by `heap_trim_mib` over its
 //! lowest reading, it asks the allocator how much of it is in use (`mallinfo2`, which walks
-//! every free chunk with its arena locked: 0.1–0.6 ms after a load here), and trims when the
+//! every free chunk with its arena locked, so it is not free either), and trims when the
 //! rest, the freed pages it keeps ([`Heap::slack`]), has grown by as much ([`Trimmer`]). So an
 //! overload's open connections do not set it off while they are open, and their buffers do once
 //! they close. Steady serving never gets past the first reading, and the trim, which also locks

@@ -62,8 +62,8 @@ pub struct Loaded {
 /// Each thread that predicts keeps scratch space of its own, and a prediction grows the parts
 /// that a model's shape sets ([`ScratchSizes`]): the dense query vector alone is `n_features`
 /// floats. Grown on the request path, those are new pages, faulted in one by one: after a swap
-/// to a model with 25 times the features, the first request on each worker took 100–155 µs of
-/// server time instead of about 20 (docs/decisions/0009-per-thread-scratch.md). So when a model needs more
+/// to a model with many more features, the first request on each worker took several times its
+/// usual server time (docs/decisions/0009-per-thread-scratch.md). So when a model needs more
 /// than the threads are known to have, the load thread fills (and so faults in) a spare for
 /// every thread, and a thread that finds its own too small swaps it for one.
 #[derive(Debug, Default)]
@@ -255,9 +255,9 @@ fn lower_priority(p: LoadPriority) {
             match set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
                 Ok(()) => {
                     // A new thread starts at its spawner's priority, and the switch does not
-                    // reschedule it: before this yield, the load thread's first slice ran on
-                    // for 1.6–2.5 ms (to the next tick) in 8 of 12 swaps while woken request
-                    // threads waited (`perf sched timehist`, debian-deps at 10,000 req/s).
+                    // reschedule it: before this yield, the load thread's first slice often ran
+                    // on to the next tick while woken request threads waited
+                    // (docs/decisions/0010-loading-under-sched-idle.md).
                     std::thread::yield_now();
                     return;
                 }

@@ -21,9 +21,8 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     heap::spawn_trimmer(state.cfg.heap_trim_mib);
     // Every server hands each connection a clone of one finished router (an `Arc`). axum's own
     // `serve`, given a bare router, rebuilt its route table (`with_state`) for every connection
-    // it accepted: building it once cut the server's CPU by 10-14 µs a request on new
-    // connections, and a storm of 2000 connections added 18 KB of RSS each instead of 31
-    // (docs/decisions/0015-own-accept-loop.md). `conn::serve` also closes idle connections (`idle_timeout_ms`).
+    // it accepted: building it once cuts the server's CPU a request on new connections, and
+    // the RSS each open connection adds (docs/decisions/0015-own-accept-loop.md). `conn::serve` also closes idle connections (`idle_timeout_ms`).
     let idle = state.cfg.idle();
     if let Some(addr) = &state.cfg.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -85,8 +84,8 @@ pub(super) const WARM_GATE: Duration = Duration::from_secs(1);
 /// Sizes the scratch space of every thread that predicts (each async worker of this runtime
 /// and each thread of the prediction pool) for the model now serving, before the first request.
 /// The load's warm-up runs on a thread of its own, so without this each worker's first
-/// prediction grows its scratch space on the request path: on the 2-core VM, 0.2–0.5 ms for
-/// debian-deps instead of under 0.1 ms (docs/decisions/0009-per-thread-scratch.md). Returns how many
+/// prediction grows its scratch space on the request path, several times slower than a warm
+/// one (docs/decisions/0009-per-thread-scratch.md). Returns how many
 /// distinct async workers ran a warm-up.
 ///
 /// One task per worker is injected from outside the workers, and each waits (up to

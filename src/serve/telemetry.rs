@@ -47,8 +47,8 @@ pub(super) const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 
 /// Folds the histograms' pending samples into their buckets every [`METRICS_UPKEEP`]. The
 /// recorder keeps every observation until then; without upkeep a server nobody scrapes would
-/// grow by 8 bytes per histogram per request (about 100 KB/s at 4000 req/s, seen in the hot-swap
-/// load test).
+/// grow by 8 bytes per histogram per request, without bound
+/// (docs/decisions/0014-errors-in-the-metrics-layer.md).
 pub(super) async fn metrics_upkeep(handle: PrometheusHandle) {
     let mut tick = tokio::time::interval(METRICS_UPKEEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -201,8 +201,8 @@ pub struct SearchLimits {
     pub deadline: Option<Instant>,
 }
 
-/// Node expansions between two looks at the clock (one look costs about 20 ns; an expansion
-/// costs far more).
+/// Node expansions between two looks at the clock: a look is cheap next to an expansion, but
+/// not free (docs/decisions/0006-early-stopping-search.md).
 const DEADLINE_CHECK_EVERY: u32 = 8;
 
 impl<U, F, O> TreeArrays<U, F, O>

@@ -23,8 +23,8 @@
 //! output and weight then share one read, and an entry takes four bytes instead of five or six;
 //! the trainer writes this layout when asked (`weights = "bf16"`) and every output of the tree
 //! is below 2^16. A bfloat16 keeps 8 significant bits: with the solver's pruning (weights of
-//! magnitude 0.1 and up) each weight moves by at most 0.2%, and on debian-deps (T = 1, B = 8)
-//! P@1, P@5 and nDCG@5 moved by 10^-4 or less (docs/decisions/0005-bf16-packing.md).
+//! magnitude 0.1 and up) each weight moves by a fraction of a percent, and the serving model's
+//! precision does not move measurably (docs/decisions/0005-bf16-packing.md).
 //!
 //! Biases are stored per output elsewhere (one per child or label), next to the tree topology.
 //!
@@ -53,8 +53,8 @@
 //! `row_weight`, two bfloat16 weights a word, output `2j` in the low half of a row's word `j`
 //! and `2j + 1` in the high half, so a row takes ⌈m / 2⌉ words and `row_start` counts words
 //! (an odd row's last high half is zero). The weights are the ones the `f32` rows would hold,
-//! rounded as [`pack_entry`] rounds, and score the same to the bit; the serving model's rows
-//! went from 16.6 to 8.3 MB (docs/decisions/0005-bf16-packing.md).
+//! rounded as [`pack_entry`] rounds, and score the same to the bit; packed rows take half the
+//! bytes (docs/decisions/0005-bf16-packing.md).
 //!
 //! To find a query feature's position within a node, each node with features has one of two
 //! indexes, whichever is smaller (ties go to the rank index):
@@ -69,9 +69,9 @@
 //! the node holds feature `96·block + 32·j + i`. A feature's position is the block's count plus
 //! the set bits below its own, so a lookup reads one 16-byte block (never split across cache
 //! lines, as sections are 64-byte aligned) and never probes. A node's blocks run up to the one
-//! holding its largest feature id; ids past them are absent. On debian-deps (T = 1) the index
-//! went from 52.7 MB of hash tables to 7.0 MB of rank blocks plus 0.2 MB of tables (leaves with
-//! few features), so far more of it stays in cache.
+//! holding its largest feature id; ids past them are absent. The rank blocks are several times
+//! smaller than the hash tables they replace (docs/decisions/0002-rank-bitmap-index.md), so far
+//! more of the index stays in cache.
 //!
 //! Bundles written before the rank index have no `rank` sections; read as empty, every node uses
 //! its hash table as before.
