@@ -1,7 +1,7 @@
 //! What a text query costs over a vector query, in process, on one thread: the mean time of
 //! vectorizing a document with the bundle's own vectorizer and predicting from the result,
-//! against predicting alone from the same documents already vectorized (issue 59, acceptance 3:
-//! at most 1.3 times).
+//! against predicting alone from the same documents already vectorized (the target: at most 1.3
+//! times).
 //!
 //! Usage: `cargo bench --bench text -- BUNDLE [DATA_DIR]`, where BUNDLE is a model trained from
 //! text (`xmc train --train train.jsonl.gz`) and DATA_DIR the data set's directory, holding

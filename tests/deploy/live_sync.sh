@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The live-sync test (issue 62, acceptance 3): the sidecar's sync script, run against a local
+# The live-sync test (every replica on the new version within 2 poll intervals; a corrupt
+# bundle counted as a failed reload while the old version answers): the sidecar's sync script, run against a local
 # directory as the bucket, feeds 3 `xmc serve` replicas on 127.0.0.1, each with a sync loop and
 # a model directory of its own, as in 3 pods.
 #
