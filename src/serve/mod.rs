@@ -22,6 +22,7 @@ mod telemetry;
 pub use config::{LoadChecks, LogFormat, ServeConfig, ServeConfigError, SinglePredict};
 pub use error::ApiError;
 pub use reload::{FileSig, Loaded, ReloadOutcome, ScratchPool};
+pub use routes::openapi;
 pub use start::run;
 pub use state::{AppState, ReloadStatus, reload_now};
 pub use telemetry::metrics_handle;

@@ -3,15 +3,17 @@
 use super::*;
 
 /// What the last loads did, for `GET /v1/model`.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct ReloadStatus {
     /// Successful loads since start.
     pub ok: u64,
     /// Failed loads since start.
     pub errors: u64,
     /// The last failure's message, if the last load failed.
+    #[schema(required = true)]
     pub last_error: Option<String>,
     /// When it happened (Unix seconds).
+    #[schema(required = true)]
     pub last_error_unix: Option<u64>,
 }
 
