@@ -364,8 +364,10 @@ fn generated() -> utoipa::openapi::OpenApi {
 
 /// Adds the two rules of `PredictRequest` that utoipa's schema model has no field for: exactly
 /// one of `features` and `text` (`oneOf` of two `required` lists), and `deadline_us` only where
-/// `early_stop` is not false (`dependentSchemas`).
+/// `early_stop` is not false (`dependentSchemas`). Drops the `int32`/`int64` formats utoipa
+/// gives unsigned integers ([`drop_signed_formats`]).
 fn refine(doc: &mut Value) {
+    drop_signed_formats(doc);
     if let Some(request) = doc
         .pointer_mut("/components/schemas/PredictRequest")
         .and_then(Value::as_object_mut)
@@ -381,6 +383,28 @@ fn refine(doc: &mut Value) {
                 {"properties": {"early_stop": {"enum": [true, null]}}}
             ]}}),
         );
+    }
+}
+
+/// Removes `format: int32` and `format: int64` from every integer schema. utoipa writes them for
+/// `u32` and `u64` too, but they name signed ranges: a `u64` above `i64::MAX` would break the
+/// document while the server takes it, and schema-based testers (schemathesis) report that as a
+/// valid request the schema forbids. `minimum` and `maximum` carry the real range.
+fn drop_signed_formats(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            let integer = match o.get("type") {
+                Some(Value::String(t)) => t == "integer",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+                _ => false,
+            };
+            if integer && matches!(o.get("format"), Some(f) if f == "int32" || f == "int64") {
+                o.remove("format");
+            }
+            o.values_mut().for_each(drop_signed_formats);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_signed_formats),
+        _ => {}
     }
 }
 
