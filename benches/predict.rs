@@ -202,7 +202,7 @@ fn main() -> anyhow::Result<()> {
                 if round > 0 {
                     times.push(start.elapsed().as_secs_f64() * 1e6);
                 }
-                sink += scratch.candidates.first().map_or(0.0, |c| c.1);
+                sink += scratch.candidates.first().map_or(0.0, |c| c.score);
             }
             for &i in idx {
                 dense[i as usize] = 0.0;

@@ -1,65 +1,22 @@
 //! Training settings, in layers: compiled-in defaults ([`TrainConfig::DEFAULT`]), then the
 //! `[train]` table of a TOML file, then `XMC_TRAIN_*` environment variables, then `--set
-//! key=value` overrides. The layering itself ([`layers`]) is shared with the server's settings.
+//! key=value` overrides. The layering itself ([`crate::settings`]) is shared with the server's settings.
 //! Keys are the dotted names of the fields (`trees`, `max_leaf`, `solver.c`, `text.min_df`, ...),
 //! and the flat names of [`ALIASES`] for the DEFRAG fields. An unknown key or a bad value is an
 //! error that names the key and where it was given, so a typo never silently trains a different
 //! model.
 
-pub mod layers;
-
 use crate::defrag::DefragParams;
 use crate::linear::SolverParams;
 use crate::rerank::RerankParams;
+pub use crate::settings::ConfigError;
+use crate::settings::{self as layers, Layer, Refusal};
 use crate::text::TextConfig;
 use crate::tree::FreqKind;
+pub use crate::tree::ModelKind;
 use figment::value::Dict;
-use layers::{Layer, Refusal};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use thiserror::Error;
-
-/// A configuration error, naming the key or file at fault.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("reading config {path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML.
-    #[error("parsing config {path}: {message}")]
-    Toml {
-        /// The file.
-        path: String,
-        /// The parser's message.
-        message: String,
-    },
-    /// A key is not known.
-    #[error("unknown config key `{key}` in {source_name} (known keys: {known})")]
-    UnknownKey {
-        /// The key.
-        key: String,
-        /// Where it was given (a file, an environment variable, a `--set`).
-        source_name: String,
-        /// The keys that are known.
-        known: String,
-    },
-    /// A value has the wrong type or is out of range. The message says where it was given.
-    #[error("config key `{key}`: {message}")]
-    BadValue {
-        /// The key.
-        key: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A `--set` argument is not `key=value`.
-    #[error("--set `{0}` is not of the form key=value")]
-    BadOverride(String),
-}
 
 /// How a bundle stores the label trees' weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,22 +44,12 @@ pub enum TreeNegatives {
     Man,
 }
 
-/// Which model family to train.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ModelKind {
-    /// A probabilistic label tree (Parabel-style), the default.
-    Tree,
-    /// Flat one-vs-all: every label scored by its own classifier.
-    Flat,
-}
-
 /// Everything that determines a trained model: the settings of `xmc train`, and the record of
 /// them in a bundle's metadata.
 ///
 /// A new setting is one field here (or in one of the nested structs): a doc comment, a value in
 /// [`TrainConfig::DEFAULT`], and `#[serde(default)]` so that older bundles still read (with
-/// `skip_serializing_if = "crate::config::layers::omit_default"` where bundles that do not use
+/// `skip_serializing_if = "crate::settings::omit_default"` where bundles that do not use
 /// it must keep their bytes). Its key is the field's name (`solver.NAME` inside `solver`, and so
 /// on); a field of `defrag` also needs its flat name in [`ALIASES`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

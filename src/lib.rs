@@ -26,9 +26,12 @@
 //!   answering `predict(query, options)`.
 //! - [`train`]: the trainer, composing the stage trainers into one bundle.
 //! - [`config`]: the training configuration: defaults, a TOML file's `[train]` table, `--set`.
+//! - [`settings`]: the layering behind both train and serve settings (defaults, a file, the
+//!   environment, `--set`), and its error that names the key.
 //! - [`serve`]: the HTTP server: routes, errors, the swappable model, loading, metrics.
 //! - [`text`]: the tf-idf vectorizer, fitted by the trainer, stored in the bundle and applied to
 //!   every text query, and JSON Lines text data.
+//! - [`seed`]: the seed mixers that turn one seed into many, fixed bit for bit.
 //! - [`sweep`]: one model per λ of the label-tree split, with precision, expected depth and
 //!   latency side by side (`xmc sweep`).
 //! - [`cli`]: the `xmc` subcommands' arguments and what each runs.
@@ -48,7 +51,9 @@ pub mod linear;
 pub mod model;
 pub mod rerank;
 pub mod router;
+pub mod seed;
 pub mod serve;
+pub mod settings;
 pub mod sweep;
 pub mod text;
 pub mod train;

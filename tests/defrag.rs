@@ -370,7 +370,7 @@ fn refrag_on_a_plain_model_stores_input_prototypes_and_reranks() {
     assert!(model.can_rerank() && !model.can_impute());
     assert!(!open(&plain).unwrap().can_rerank());
     for name in ["start", "idx", "val"] {
-        let s = xmc::rerank::input_prototype_section(name);
+        let s = xmc::model::sections::input_prototype_section(name);
         assert!(model.bundle().section(&s).is_some(), "{name}");
     }
     // REFRAG is on by default for this model: the stage rescored the candidates.
@@ -437,7 +437,8 @@ fn refrag_on_a_plain_model_stores_input_prototypes_and_reranks() {
 /// checksums, and a bundle whose metadata asks for REFRAG without its sections is refused.
 #[test]
 fn damaged_input_prototypes_are_refused_or_read_without_panicking() {
-    use xmc::rerank::{LabelRowsError, input_prototype_section};
+    use xmc::model::sections::input_prototype_section;
+    use xmc::rerank::LabelRowsError;
     let train = load("train");
     let sets = ["max_leaf=40", "refrag=on"];
     let t = train_with(&train, &sets);

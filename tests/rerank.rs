@@ -10,8 +10,9 @@ use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
 use xmc::data::Dataset;
 use xmc::linear::score_to_log_prob;
+use xmc::model::sections::ova_section;
 use xmc::model::{Model, ModelError, PredictOptions, QueryError};
-use xmc::rerank::{LabelRowsError, ova_section};
+use xmc::rerank::LabelRowsError;
 use xmc::train::Trained;
 
 fn load(split: &str) -> Dataset {

@@ -10,7 +10,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use xmc::linear::Loss;
 use xmc::tree::chunk::ChunksBuilder;
-use xmc::tree::view::{SearchLimits, SearchScratch, TreeArrays};
+use xmc::tree::view::{Candidate, SearchLimits, SearchScratch, TreeArrays};
 
 const DIM: usize = 12;
 
@@ -99,10 +99,12 @@ fn random_query(seed: u64) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
 }
 
 /// The ranking order of predictions: score descending, then label ascending.
-fn ranked(mut c: Vec<(u32, f32, u32)>, k: usize) -> Vec<(u32, u32, u32)> {
-    c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+fn ranked(mut c: Vec<Candidate>, k: usize) -> Vec<(u32, u32, u32)> {
+    c.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.label.cmp(&b.label)));
     c.truncate(k);
-    c.into_iter().map(|(l, s, d)| (l, s.to_bits(), d)).collect()
+    c.into_iter()
+        .map(|c| (c.label, c.score.to_bits(), c.depth))
+        .collect()
 }
 
 proptest! {

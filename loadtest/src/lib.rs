@@ -11,6 +11,7 @@
 //! - [`scenarios`]: depth-vs-latency, max-rate and hot-swap, each with its report section.
 //! - [`report`] and [`plot`]: JSON, Markdown, SVG and PNG.
 
+pub mod context;
 pub mod engine;
 pub mod pin;
 pub mod plot;

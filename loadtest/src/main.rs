@@ -90,7 +90,7 @@ fn real_main() -> anyhow::Result<()> {
         if cancel.is_cancelled() {
             anyhow::bail!("interrupted: the report in {} is partial", out.display());
         }
-        print!("{}", xmc_loadtest::report::markdown(&rep));
+        print!("{}", xmc_loadtest::scenarios::markdown(&rep));
         Ok(())
     })
 }

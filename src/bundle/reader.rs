@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::de::DeserializeOwned;
 
@@ -73,6 +74,9 @@ pub struct Bundle {
     version: u32,
     sections: Vec<SectionInfo>,
     by_name: HashMap<String, usize>,
+    /// Per section, whether a typed read has handed it out ([`Bundle::unread_sections`]);
+    /// shared by clones.
+    read: Arc<[AtomicBool]>,
     /// [`OpenOptions::yield_between_steps`].
     yields: bool,
 }
@@ -125,11 +129,13 @@ impl Bundle {
 
     fn from_backing(backing: Backing) -> Result<Bundle, FormatError> {
         let (version, sections, by_name) = validate(backing.bytes())?;
+        let read = sections.iter().map(|_| AtomicBool::new(false)).collect();
         Ok(Bundle {
             backing: Arc::new(backing),
             version,
             sections,
             by_name,
+            read,
             yields: false,
         })
     }
@@ -165,6 +171,19 @@ impl Bundle {
     /// The section names, in table order.
     pub fn section_names(&self) -> impl Iterator<Item = &str> {
         self.sections.iter().map(|s| s.name.as_str())
+    }
+
+    /// The names of the sections no typed read (`u32s`, `json`, ...) of this bundle or a clone
+    /// of it has handed out yet, in table order. Looking a section up with [`Bundle::section`]
+    /// does not count as reading it. The section registry's test uses this to find a stored
+    /// section that the model never reads.
+    pub fn unread_sections(&self) -> Vec<&str> {
+        self.sections
+            .iter()
+            .zip(self.read.iter())
+            .filter(|(_, r)| !r.load(Ordering::Relaxed))
+            .map(|(s, _)| s.name.as_str())
+            .collect()
     }
 
     /// What the table says about the section called `name`, if there is one.
@@ -264,8 +283,10 @@ impl Bundle {
     }
 
     fn typed<T: bytemuck::Pod>(&self, name: &str, dtype: Dtype) -> Result<Section<T>, FormatError> {
-        let info = self
-            .section(name)
+        let (index, info) = self
+            .by_name
+            .get(name)
+            .and_then(|&i| Some((i, self.sections.get(i)?)))
             .ok_or_else(|| FormatError::NoSuchSection {
                 name: name.to_owned(),
             })?;
@@ -275,6 +296,9 @@ impl Bundle {
                 expected: dtype,
                 found: info.dtype,
             });
+        }
+        if let Some(read) = self.read.get(index) {
+            read.store(true, Ordering::Relaxed);
         }
         Ok(Section::new(Arc::clone(&self.backing), info.range()))
     }

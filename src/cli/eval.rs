@@ -252,9 +252,12 @@ fn eval_files(
     let (counts, n) = match train {
         Some(t) => {
             let ds = data::read_xc_file(t).with_context(|| format!("reading {}", t.display()))?;
-            (eval::label_counts(&ds.labels), ds.n_points())
+            (crate::data::label_counts(&ds.labels), ds.n_points())
         }
-        None => (eval::label_counts(&truth_ds.labels), truth_ds.n_points()),
+        None => (
+            crate::data::label_counts(&truth_ds.labels),
+            truth_ds.n_points(),
+        ),
     };
     let props = eval::propensities(
         &counts,

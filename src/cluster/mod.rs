@@ -31,6 +31,7 @@ mod subset;
 pub use strategy::SplitStrategy;
 
 use crate::data::SparseMatrix;
+use crate::seed::derive_seed;
 
 /// Why a clustering request was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -316,20 +317,4 @@ fn split_recursive(
 pub(crate) fn balanced_left_len(n_rows: usize, n_parts: usize, left_parts: usize) -> usize {
     let (q, r) = (n_rows / n_parts, n_rows % n_parts);
     left_parts * q + r.min(left_parts)
-}
-
-/// Derives the seed of child `index` from its parent's seed.
-///
-/// Trees seed each node from the path that leads to it, so a node's randomness does not depend on
-/// which thread builds it or in which order nodes are visited.
-pub fn derive_seed(seed: u64, index: u64) -> u64 {
-    splitmix64(seed ^ splitmix64(index.wrapping_add(0x9E37_79B9_7F4A_7C15)))
-}
-
-/// One step of the SplitMix64 generator, a strong 64-bit mixing function.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -16,7 +16,7 @@ pub use error::{DataError, LineProblem};
 pub use ids::{FeatureId, LabelId};
 pub(crate) use input::open as open_input;
 pub use names::read_names;
-pub use stats::DataStats;
+pub use stats::{DataStats, label_counts};
 pub use synth::{SynthParams, generate, generate_split};
 pub use write::{l2_normalize, l2_normalize_query, l2_normalize_rows, write_xc, write_xc_file};
 pub use xc::{read_xc, read_xc_file};

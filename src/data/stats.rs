@@ -2,7 +2,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Dataset;
+use super::{Dataset, SparseMatrix};
+
+/// How many rows hold each label, in a label matrix (any CSR whose column indices are label ids):
+/// the training-set counts a model stores and the counts propensities are computed from.
+pub fn label_counts(labels: &SparseMatrix) -> Vec<u32> {
+    let mut counts = vec![0u32; labels.cols()];
+    for &l in labels.indices() {
+        counts[l as usize] = counts[l as usize].saturating_add(1);
+    }
+    counts
+}
 
 /// Shape and label-distribution figures of a data set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

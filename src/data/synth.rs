@@ -20,6 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use super::{Dataset, SparseMatrix, l2_normalize_rows};
+use crate::seed::task_seed;
 
 /// Parameters of the synthetic generative model.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -242,16 +243,6 @@ fn poisson(rng: &mut ChaCha8Rng, mean: f64) -> usize {
         cdf += p;
     }
     k
-}
-
-/// A seed for task `index` of stream `tag`, well mixed (splitmix64 finalizer).
-fn task_seed(seed: u64, tag: u64, index: u64) -> u64 {
-    let mut z = seed
-        .wrapping_add(tag.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-        .wrapping_add(index.wrapping_mul(0xbf58_476d_1ce4_e5b9));
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

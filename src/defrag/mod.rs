@@ -87,7 +87,7 @@ pub struct DefragParams {
     pub candidates: usize,
     /// On a model without DEFRAG, the most entries each label's prototype over the input
     /// features keeps (its largest); 0 keeps them all. Left out of the metadata when default.
-    #[serde(default, skip_serializing_if = "crate::config::layers::omit_default")]
+    #[serde(default, skip_serializing_if = "crate::settings::omit_default")]
     pub prototype_entries: PrototypeEntries,
 }
 
@@ -225,7 +225,7 @@ pub fn erase_features(ds: &Dataset, frac: f64, seed: u64) -> Dataset {
         let erase = ((fi.len() as f64) * frac).round() as usize;
         order.clear();
         order.extend(0..fi.len());
-        let mut rng = ChaCha8Rng::seed_from_u64(crate::cluster::derive_seed(seed, i as u64));
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::seed::derive_seed(seed, i as u64));
         order.shuffle(&mut rng);
         let mut keep: Vec<usize> = order[erase.min(fi.len())..].to_vec();
         keep.sort_unstable();

@@ -10,8 +10,8 @@
 //! Parts have the sizes that [`crate::cluster::partition`] gives (differing by at most one),
 //! from the same proportional recursive bisection; the two sides of a split recurse in parallel.
 
-use crate::cluster::derive_seed;
 use crate::data::{SparseMatrix, row_slices};
+use crate::seed::derive_seed;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -173,7 +173,7 @@ pub fn representatives(ds: &Dataset, params: &DefragParams) -> (SparseMatrix, us
         _ => {
             let l = ds.n_labels();
             let l_sel = ((l as f64 * f64::from(params.labels_frac)).ceil() as usize).clamp(1, l);
-            let counts = crate::train::label_counts(ds);
+            let counts = crate::data::label_counts(&ds.labels);
             let mut labels: Vec<u32> = (0..l as u32).collect();
             labels.sort_by(|&a, &b| counts[b as usize].cmp(&counts[a as usize]).then(a.cmp(&b)));
             // Every label's popularity rank; the sample uses ranks below l_sel.

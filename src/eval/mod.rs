@@ -51,15 +51,6 @@ pub fn propensities(counts: &[u32], n_train: usize, params: PropensityParams) ->
         .collect()
 }
 
-/// Label counts of a label matrix (any CSR whose column indices are label ids).
-pub fn label_counts(labels: &crate::data::SparseMatrix) -> Vec<u32> {
-    let mut counts = vec![0u32; labels.cols()];
-    for &l in labels.indices() {
-        counts[l as usize] = counts[l as usize].saturating_add(1);
-    }
-    counts
-}
-
 /// Search statistics of one query, from a tree model.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct QueryStats {

@@ -2,6 +2,16 @@
 //! w = prox_λ(v), single-coordinate updates, objectives and the extraction of a pruned column.
 
 use super::{ColumnStats, LinearColumn, Loss, Problem, SolverParams};
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+/// Shuffles `v` in place (Fisher–Yates), deterministically for a given generator state.
+fn shuffle(v: &mut [u32], rng: &mut ChaCha8Rng) {
+    for k in (1..v.len()).rev() {
+        let j = rng.random_range(0..=k);
+        v.swap(k, j);
+    }
+}
 
 /// Per-thread scratch, sized for one problem and reused across its columns. Every array is
 /// restored to zero (or false) after each column, touching only what the column touched.
@@ -407,7 +417,7 @@ pub(crate) fn descend(
     set: &[u32],
     working: &mut Vec<u32>,
     params: &SolverParams,
-    rng: &mut rand_chacha::ChaCha8Rng,
+    rng: &mut ChaCha8Rng,
     max_epochs: usize,
     eps: f64,
     updates: &mut u64,
@@ -419,7 +429,7 @@ pub(crate) fn descend(
     working.extend_from_slice(set);
     let (mut pg_max_old, mut pg_min_old) = (f64::INFINITY, f64::NEG_INFINITY);
     for _ in 0..max_epochs {
-        super::reference::shuffle(working, rng);
+        shuffle(working, rng);
         let (mut pg_max, mut pg_min) = (f64::NEG_INFINITY, f64::INFINITY);
         let mut k = 0;
         while k < working.len() {

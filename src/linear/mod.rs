@@ -37,8 +37,8 @@ mod dual;
 pub mod ppdsparse;
 pub mod reference;
 
-use crate::cluster::derive_seed;
 use crate::data::SparseMatrix;
+use crate::seed::derive_seed;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -8,16 +8,8 @@
 
 use super::dual::{self, Workspace};
 use super::{ColumnStats, LinearColumn, Problem, SolverParams};
-use rand::{RngExt, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-
-/// Shuffles `v` in place (Fisher–Yates), deterministically for a given generator state.
-pub(crate) fn shuffle(v: &mut [u32], rng: &mut ChaCha8Rng) {
-    for k in (1..v.len()).rev() {
-        let j = rng.random_range(0..=k);
-        v.swap(k, j);
-    }
-}
 
 pub(crate) fn solve(
     p: &Problem<'_>,

@@ -11,25 +11,24 @@ mod meta;
 mod names;
 mod prediction;
 mod query;
+pub mod sections;
 mod stage;
 
 pub use meta::{Created, MODEL_FORMAT, ModelMeta};
 pub use names::Names;
 pub use prediction::{PredictOptions, Prediction};
 pub use query::QueryError;
+pub use sections::{defrag_section, refrag_section, tree_section};
 
-use crate::bundle::{Bundle, Dtype, FormatError, OpenOptions, Section};
+use crate::bundle::{Bundle, FormatError, OpenOptions, Section};
 use crate::data::LabelId;
 use crate::defrag::view::{Agglomerated, DefragView, DefragViewError};
 use crate::linear::Loss;
 use crate::rerank::{LabelRows, LabelRowsError, OvaScorers};
-use crate::router::{
-    BlockArrays, BpArrays, BpMeta, BpQuery, BpScratch, BpViewError, ROUTER_PREFIX,
-    block_labels_section, block_tree_prefix,
-};
+use crate::router::{BpArrays, BpQuery, BpScratch, BpViewError};
 use crate::text::TextView;
-use crate::tree::chunk::{Chunks, Widths};
-use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays, TreeViewError};
+use crate::tree::chunk::Widths;
+use crate::tree::view::{Candidate, SearchLimits, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -94,7 +93,7 @@ pub struct Scratch {
     q_idx: Vec<u32>,
     q_val: Vec<f32>,
     search: SearchScratch,
-    merged: Vec<(u32, f32, u32)>,
+    merged: Vec<Candidate>,
     bp: BpScratch,
     /// The query in one member's agglomerated space.
     agg: Agglomerated,
@@ -217,108 +216,6 @@ pub type MappedOva = OvaScorers<Section<u32>, Section<f32>>;
 /// One member's DEFRAG arrays as memory-mapped bundle sections.
 pub type MappedDefrag = DefragView<Section<u32>, Section<f32>>;
 
-/// The section name of DEFRAG array `array` of tree `t` (`map`, `sizes`, `scale`).
-pub fn defrag_section(t: usize, array: &str) -> String {
-    format!("defrag.{t}.{array}")
-}
-
-/// The section name of REFRAG prototype array `array` of tree `t` (`start`, `idx`, `val`).
-pub fn refrag_section(t: usize, array: &str) -> String {
-    format!("refrag.{t}.{array}")
-}
-
-/// The section name of array `array` of tree `t`.
-pub fn tree_section(t: usize, array: &str) -> String {
-    format!("tree.{t}.{array}")
-}
-
-/// The tree arrays stored as sections `{prefix}.{array}`.
-fn load_tree(bundle: &Bundle, prefix: &str) -> Result<MappedTree, FormatError> {
-    let u = |a: &str| bundle.u32s(&format!("{prefix}.{a}"));
-    let f = |a: &str| bundle.f32s(&format!("{prefix}.{a}"));
-    let packed = format!("{prefix}.chunk.entry");
-    let (out_name, weight_name) = (
-        format!("{prefix}.chunk.entry_out"),
-        format!("{prefix}.chunk.entry_weight"),
-    );
-    // Packed entries replace both arrays; a bundle that has them and either array anyway is
-    // refused by the chunk checks.
-    let (entry_out, entry_weight, entry_packed) = if bundle.section(&packed).is_some() {
-        (
-            Widths::U8(bundle.u8s_or_empty(&out_name)?),
-            bundle.f32s_or_empty(&weight_name)?,
-            bundle.u32s(&packed)?,
-        )
-    } else {
-        (
-            load_outs(bundle, &out_name)?,
-            bundle.f32s(&weight_name)?,
-            bundle.u32s_or_empty(&packed)?,
-        )
-    };
-    Ok(TreeArrays {
-        node_info: u("node_info")?,
-        out_start: u("out_start")?,
-        out_ids: u("out_ids")?,
-        out_bias: f("out_bias")?,
-        chunks: Chunks {
-            feat_start: u("chunk.feat_start")?,
-            feat: u("chunk.feat")?,
-            entry_start: u("chunk.entry_start")?,
-            entry_out,
-            entry_weight,
-            entry_packed,
-            hash_start: u("chunk.hash_start")?,
-            hash: u("chunk.hash")?,
-            // Absent from bundles written before the rank index: read as empty.
-            rank_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank_start"))?,
-            rank: bundle.u32s_or_empty(&format!("{prefix}.chunk.rank"))?,
-            // Absent from bundles written before rows: every node reads as entries.
-            row_start: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_start"))?,
-            row_weight: bundle.f32s_or_empty(&format!("{prefix}.chunk.row_weight"))?,
-            // Absent before format version 4, and from trees with `f32` rows.
-            row_packed: bundle.u32s_or_empty(&format!("{prefix}.chunk.row_packed"))?,
-        },
-    })
-}
-
-/// The entry outputs in section `name`, at the width it was written at (`u32` in bundles before
-/// format version 3, whose reader refuses the narrower dtypes).
-fn load_outs(bundle: &Bundle, name: &str) -> Result<MappedOuts, FormatError> {
-    Ok(match bundle.section(name).map(|s| s.dtype) {
-        Some(Dtype::U8) => Widths::U8(bundle.u8s(name)?),
-        Some(Dtype::U16) => Widths::U16(bundle.u16s(name)?),
-        _ => Widths::U32(bundle.u32s(name)?),
-    })
-}
-
-/// The BP sections described by `bp`, validated: in full when `deep`, else their structure
-/// (O(nodes + outputs), as for the trees).
-fn load_bp(
-    bundle: &Bundle,
-    meta: &ModelMeta,
-    bp: &BpMeta,
-    deep: bool,
-) -> Result<MappedBp, ModelError> {
-    let mut blocks = Vec::with_capacity(bp.q);
-    for b in 0..bp.q {
-        blocks.push(BlockArrays {
-            labels: bundle.u32s(&block_labels_section(b))?,
-            tree: load_tree(bundle, &block_tree_prefix(b))?,
-        });
-    }
-    let arrays = BpArrays {
-        router: load_tree(bundle, ROUTER_PREFIX)?,
-        blocks,
-    };
-    if deep {
-        arrays.validate(meta.n_labels, meta.n_features)?;
-    } else {
-        arrays.validate_structure(meta.n_labels)?;
-    }
-    Ok(arrays)
-}
-
 impl Model {
     /// Opens and validates the bundle at `path`. With `verify_checksums` every section's CRC and
     /// every stored weight entry and name are checked ([`Model::from_bundle`], O(file)); without,
@@ -383,11 +280,11 @@ impl Model {
     }
 
     fn build(bundle: Bundle, deep: bool) -> Result<Model, ModelError> {
-        let meta: ModelMeta = bundle.json("meta")?;
+        let meta: ModelMeta = bundle.json(sections::META)?;
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
         let bp = match &meta.bp {
-            Some(bp) => Some(load_bp(&bundle, &meta, bp, deep)?),
+            Some(bp) => Some(sections::load_bp(&bundle, &meta, bp, deep)?),
             None => None,
         };
         let mut defrag = Vec::new();
@@ -399,36 +296,11 @@ impl Model {
             }
             let mut tree_features = meta.n_features;
             if dp.on() {
-                let u = |a: &str| bundle.u32s(&defrag_section(t, a));
-                let r = |a: &str| bundle.u32s(&refrag_section(t, a));
-                let scale = if dp.fiat || dp.refrag {
-                    Some(bundle.f32s(&defrag_section(t, "scale"))?)
-                } else {
-                    None
-                };
-                let protos = if dp.refrag {
-                    Some(LabelRows {
-                        start: r("start")?,
-                        idx: r("idx")?,
-                        val: bundle.f32s(&refrag_section(t, "val"))?,
-                    })
-                } else {
-                    None
-                };
-                let view = DefragView::validate(
-                    u("map")?,
-                    u("sizes")?,
-                    scale,
-                    protos,
-                    meta.n_features,
-                    meta.n_labels,
-                    dp.average,
-                )
-                .map_err(|source| ModelError::Defrag { tree: t, source })?;
+                let view = sections::load_defrag(&bundle, &meta, t)?;
                 tree_features = view.n_clusters();
                 defrag.push(view);
             }
-            let tree = load_tree(&bundle, &format!("tree.{t}"))?;
+            let tree = sections::load_tree(&bundle, &sections::tree_prefix(t))?;
             if deep {
                 tree.validate(meta.n_labels, tree_features)
             } else {
@@ -437,19 +309,16 @@ impl Model {
             .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
         }
-        let ova = stage::load_ova(&bundle, &meta, deep)?;
-        let protos = stage::load_input_prototypes(&bundle, &meta, deep)?;
-        let label_names = LazyNames::new(meta.has_label_names, "label_names", meta.n_labels);
-        let feature_names =
-            LazyNames::new(meta.has_feature_names, "feature_names", meta.n_features);
-        let train_counts = bundle.u32s("labels.train_count")?;
-        if train_counts.len() != meta.n_labels {
-            return Err(ModelError::Meta(format!(
-                "labels.train_count has {} entries for {} labels",
-                train_counts.len(),
-                meta.n_labels
-            )));
-        }
+        let ova = sections::load_ova(&bundle, &meta, deep)?;
+        let protos = sections::load_input_prototypes(&bundle, &meta, deep)?;
+        let label_names =
+            LazyNames::new(meta.has_label_names, sections::LABEL_NAMES, meta.n_labels);
+        let feature_names = LazyNames::new(
+            meta.has_feature_names,
+            sections::FEATURE_NAMES,
+            meta.n_features,
+        );
+        let train_counts = sections::load_train_counts(&bundle, &meta)?;
         // The vocabulary is read in place: opening it reads its header, whatever its size.
         let text = match &meta.text {
             Some(tm) => {
@@ -616,7 +485,7 @@ impl Model {
             capped = stats.search.beam_capped;
             late = stats.search.deadline_hit;
             for c in scratch.merged.iter_mut() {
-                c.1 = c.1.exp();
+                c.score = c.score.exp();
             }
             unscatter(&mut scratch.dense, &scratch.q_idx);
         }
@@ -651,13 +520,12 @@ impl Model {
             early &= stats.early_stopped;
             capped |= stats.beam_capped;
             late |= stats.deadline_hit;
-            scratch.merged.extend(
-                scratch
-                    .search
-                    .candidates
-                    .iter()
-                    .map(|&(l, logp, d)| (l, logp.exp(), d)),
-            );
+            scratch
+                .merged
+                .extend(scratch.search.candidates.iter().map(|&c| Candidate {
+                    score: c.score.exp(),
+                    ..c
+                }));
         }
         average_over_trees(&mut scratch.merged, self.trees.len());
         out.reranked = self.rerank_stage(&stage, scratch);
@@ -776,18 +644,18 @@ impl LazyNames {
     }
 }
 
-/// Merges `(label, probability, depth)` candidates of several trees into one entry per label with
-/// the mean probability over `n_trees` (a tree that did not reach a label contributes 0).
-fn average_over_trees(cands: &mut Vec<(u32, f32, u32)>, n_trees: usize) {
+/// Merges candidates of several trees, each scored by its probability, into one entry per label
+/// with the mean probability over `n_trees` (a tree that did not reach a label contributes 0).
+fn average_over_trees(cands: &mut Vec<Candidate>, n_trees: usize) {
     if n_trees <= 1 {
         return;
     }
-    cands.sort_unstable_by_key(|c| c.0);
+    cands.sort_unstable_by_key(|c| c.label);
     let mut w = 0;
     for r in 0..cands.len() {
-        if w > 0 && cands[w - 1].0 == cands[r].0 {
-            cands[w - 1].1 += cands[r].1;
-            cands[w - 1].2 = cands[w - 1].2.max(cands[r].2);
+        if w > 0 && cands[w - 1].label == cands[r].label {
+            cands[w - 1].score += cands[r].score;
+            cands[w - 1].depth = cands[w - 1].depth.max(cands[r].depth);
         } else {
             cands[w] = cands[r];
             w += 1;
@@ -796,13 +664,13 @@ fn average_over_trees(cands: &mut Vec<(u32, f32, u32)>, n_trees: usize) {
     cands.truncate(w);
     let inv = 1.0 / n_trees as f32;
     for c in cands.iter_mut() {
-        c.1 *= inv;
+        c.score *= inv;
     }
 }
 
 /// Writes the `k` best candidates, best first (ties broken by label id), into `out`.
-fn top_k(cands: &mut [(u32, f32, u32)], k: usize, out: &mut Prediction) {
-    let order = |a: &(u32, f32, u32), b: &(u32, f32, u32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+fn top_k(cands: &mut [Candidate], k: usize, out: &mut Prediction) {
+    let order = Candidate::ranking;
     let k = k.min(cands.len());
     if k > 0 && k < cands.len() {
         cands.select_nth_unstable_by(k - 1, order);
@@ -812,26 +680,36 @@ fn top_k(cands: &mut [(u32, f32, u32)], k: usize, out: &mut Prediction) {
     out.labels.clear();
     out.scores.clear();
     out.depths.clear();
-    out.labels.extend(best.iter().map(|c| LabelId(c.0)));
-    out.scores.extend(best.iter().map(|c| c.1));
-    out.depths.extend(best.iter().map(|c| c.2));
-    out.depth = best.iter().map(|c| c.2).max().unwrap_or(0);
+    out.labels.extend(best.iter().map(|c| LabelId(c.label)));
+    out.scores.extend(best.iter().map(|c| c.score));
+    out.depths.extend(best.iter().map(|c| c.depth));
+    out.depth = best.iter().map(|c| c.depth).max().unwrap_or(0);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn cands(c: &[(u32, f32, u32)]) -> Vec<Candidate> {
+        c.iter()
+            .map(|&(label, score, depth)| Candidate {
+                label,
+                score,
+                depth,
+            })
+            .collect()
+    }
+
     #[test]
     fn ensemble_average_counts_missing_as_zero() {
-        let mut c = vec![(3, 0.5, 2), (1, 0.2, 3), (3, 0.3, 4)];
+        let mut c = cands(&[(3, 0.5, 2), (1, 0.2, 3), (3, 0.3, 4)]);
         average_over_trees(&mut c, 2);
-        assert_eq!(c, vec![(1, 0.1, 3), (3, 0.4, 4)]);
+        assert_eq!(c, cands(&[(1, 0.1, 3), (3, 0.4, 4)]));
     }
 
     #[test]
     fn top_k_orders_and_breaks_ties_by_label() {
-        let mut c = vec![(5, 0.2, 1), (2, 0.9, 3), (4, 0.2, 2), (1, 0.1, 7)];
+        let mut c = cands(&[(5, 0.2, 1), (2, 0.9, 3), (4, 0.2, 2), (1, 0.1, 7)]);
         let mut out = Prediction::default();
         top_k(&mut c, 3, &mut out);
         assert_eq!(out.labels, vec![LabelId(2), LabelId(4), LabelId(5)]);

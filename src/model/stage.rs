@@ -1,77 +1,9 @@
 //! The candidate-then-rerank stage of a prediction: which rerankers a request turns on (REFRAG,
 //! the OVA reranker, FIAT's imputation), how many candidates the search must propose for them,
-//! the rescoring itself, shared by both rerankers through [`crate::rerank::mix`], and the loading
-//! of the two input-space rerankers' sections from a bundle.
+//! the rescoring itself, shared by both rerankers through [`crate::rerank::mix`].
 
-use super::{
-    MappedOva, MappedRows, Model, ModelError, ModelMeta, PredictOptions, QueryError, Scratch,
-    scatter, unscatter,
-};
-use crate::bundle::Bundle;
+use super::{Model, PredictOptions, QueryError, Scratch, scatter, unscatter};
 use crate::linear::score_to_log_prob;
-use crate::rerank::{LabelRows, OvaScorers, input_prototype_section, ova_section};
-
-/// Label-major rows stored as the sections `section("start")`, `section("idx")` and
-/// `section("val")`: the layout both input-space rerankers use.
-fn map_rows(bundle: &Bundle, section: fn(&str) -> String) -> Result<MappedRows, ModelError> {
-    Ok(LabelRows {
-        start: bundle.u32s(&section("start"))?,
-        idx: bundle.u32s(&section("idx"))?,
-        val: bundle.f32s(&section("val"))?,
-    })
-}
-
-/// REFRAG's prototypes over the input features, when the bundle has them, checked in O(1) (each
-/// row's offsets and columns are bounds-checked as they are read) or, when `deep`, in full. A
-/// model whose metadata asks for REFRAG without DEFRAG must have them.
-pub(super) fn load_input_prototypes(
-    bundle: &Bundle,
-    meta: &ModelMeta,
-    deep: bool,
-) -> Result<Option<MappedRows>, ModelError> {
-    let start = input_prototype_section("start");
-    if bundle.section(&start).is_none() {
-        let dp = &meta.config.defrag;
-        if dp.refrag && !dp.on() {
-            return Err(ModelError::PrototypesMissing(start));
-        }
-        return Ok(None);
-    }
-    let rows = map_rows(bundle, input_prototype_section)?;
-    if deep {
-        rows.check(meta.n_labels, meta.n_features)
-    } else {
-        rows.check_lengths(meta.n_labels)
-    }
-    .map_err(ModelError::Prototypes)?;
-    Ok(Some(rows))
-}
-
-/// The OVA reranker's sections, when the bundle has them, checked in O(1) (each scorer's
-/// offsets and columns are bounds-checked as they are read) or, when `deep`, in full.
-pub(super) fn load_ova(
-    bundle: &Bundle,
-    meta: &ModelMeta,
-    deep: bool,
-) -> Result<Option<MappedOva>, ModelError> {
-    let start = ova_section("start");
-    if bundle.section(&start).is_none() {
-        if meta.config.rerank.on() {
-            return Err(ModelError::RerankMissing(start));
-        }
-        return Ok(None);
-    }
-    let ova = OvaScorers {
-        rows: map_rows(bundle, ova_section)?,
-        bias: bundle.f32s(&ova_section("bias"))?,
-    };
-    if deep {
-        ova.check(meta.n_labels, meta.n_features)?;
-    } else {
-        ova.check_lengths(meta.n_labels)?;
-    }
-    Ok(Some(ova))
-}
 
 /// Which rerankers a prediction applies, with their settings.
 #[derive(Clone, Copy, Debug)]
@@ -201,7 +133,7 @@ impl Model {
         for (view, (qi, qv)) in self.defrag.iter().zip(scratch.kept.iter()) {
             scatter(&mut scratch.dense, qi, qv);
             for (a, c) in scratch.affinity.iter_mut().zip(&scratch.merged) {
-                *a += view.affinity(c.0, &scratch.dense);
+                *a += view.affinity(c.label, &scratch.dense);
             }
             unscatter(&mut scratch.dense, qi);
         }
@@ -225,6 +157,6 @@ fn score_query(scratch: &mut Scratch, score: impl Fn(u32, &[f32]) -> f32) {
     } = scratch;
     scatter(dense, q_idx, q_val);
     affinity.clear();
-    affinity.extend(merged.iter().map(|c| score(c.0, dense)));
+    affinity.extend(merged.iter().map(|c| score(c.label, dense)));
     unscatter(dense, q_idx);
 }

@@ -13,6 +13,7 @@
 
 pub mod train;
 
+use crate::tree::view::Candidate;
 use serde::{Deserialize, Serialize};
 use std::ops::Deref;
 use thiserror::Error;
@@ -234,17 +235,6 @@ pub struct OvaScorers<U, F> {
     pub bias: F,
 }
 
-/// The section name of array `array` (`start`, `idx`, `val`) of REFRAG's prototypes over the
-/// input features, which a model without DEFRAG stores.
-pub fn input_prototype_section(array: &str) -> String {
-    format!("refrag.input.{array}")
-}
-
-/// The section name of the OVA reranker's array `array` (`start`, `idx`, `val`, `bias`).
-pub fn ova_section(array: &str) -> String {
-    format!("rerank.ova.{array}")
-}
-
 impl<U, F> OvaScorers<U, F>
 where
     U: Deref<Target = [u32]>,
@@ -284,11 +274,11 @@ where
 /// exp(α·ln b + (1 − α)·s), with s its reranker log-score (`scores`, one per candidate, ≤ 0).
 /// b is floored at the smallest positive `f32` so that a zero does not give −∞, and at α = 1
 /// the reranker's score is left out rather than multiplied by 0 (a score of −∞ would give NaN).
-pub fn mix(cands: &mut [(u32, f32, u32)], scores: &[f32], alpha: f32) {
+pub fn mix(cands: &mut [Candidate], scores: &[f32], alpha: f32) {
     for (c, &s) in cands.iter_mut().zip(scores) {
-        let log_b = c.1.max(f32::MIN_POSITIVE).ln();
+        let log_b = c.score.max(f32::MIN_POSITIVE).ln();
         let rest = if alpha < 1.0 { (1.0 - alpha) * s } else { 0.0 };
-        c.1 = (alpha * log_b + rest).exp();
+        c.score = (alpha * log_b + rest).exp();
     }
 }
 
@@ -362,12 +352,17 @@ mod tests {
 
     #[test]
     fn mix_is_a_weighted_geometric_mean() {
-        let mut c = vec![(0, 0.5, 1), (1, 0.0, 1)];
+        let cand = |label, score| Candidate {
+            label,
+            score,
+            depth: 1,
+        };
+        let mut c = vec![cand(0, 0.5), cand(1, 0.0)];
         mix(&mut c, &[-1.0, 0.0], 0.5);
-        assert!((c[0].1 - (0.5f32.ln() * 0.5 - 0.5).exp()).abs() < 1e-7);
-        assert!(c[1].1 > 0.0 && c[1].1 < 1e-18);
-        let mut c = vec![(0, 0.25, 1)];
+        assert!((c[0].score - (0.5f32.ln() * 0.5 - 0.5).exp()).abs() < 1e-7);
+        assert!(c[1].score > 0.0 && c[1].score < 1e-18);
+        let mut c = vec![cand(0, 0.25)];
         mix(&mut c, &[-3.0], 1.0);
-        assert_eq!(c[0].1, 0.25);
+        assert_eq!(c[0].score, 0.25);
     }
 }

@@ -1,7 +1,8 @@
 //! Training the OVA reranker on the search's own hard negatives.
 //!
 //! The trained model (trees, DEFRAG, BP: whatever it is) is opened in memory and its search run
-//! over every training point with k = `candidates` ([`candidates`]). Then each label l gets one
+//! over every training point with k = `candidates` (by the trainer, [`crate::train`], which
+//! composes the stages). Then each label l gets one
 //! sparse linear classifier ([`train_scorers`]) over the input features, trained by the PPDSparse
 //! solver (with its pruning) on the points that have l (positives) and the points whose search
 //! proposed l without having it (negatives). Labels are independent problems, solved in parallel
@@ -9,10 +10,9 @@
 //! result does not depend on the schedule.
 
 use super::{LabelRows, OvaScorers};
-use crate::cluster::derive_seed;
 use crate::data::Dataset;
 use crate::linear::{SolverError, SolverParams, train_columns};
-use crate::model::{Model, PredictOptions, QueryError};
+use crate::seed::derive_seed;
 use crate::tree::train::{local_positions, select_rows_compact, union_sorted};
 use rayon::prelude::*;
 use thiserror::Error;
@@ -23,14 +23,6 @@ pub type OvaArrays = OvaScorers<Vec<u32>, Vec<f32>>;
 /// Why the reranker could not be trained.
 #[derive(Debug, Error)]
 pub enum RerankTrainError {
-    /// The search refused a training point.
-    #[error("searching training point {point}: {source}")]
-    Search {
-        /// The point (its row in the training data).
-        point: usize,
-        /// Why.
-        source: QueryError,
-    },
     /// The solver refused a label's problem.
     #[error("label {label}: {source}")]
     Solver {
@@ -42,31 +34,6 @@ pub enum RerankTrainError {
     /// The scorers hold more weights than `u32` offsets address.
     #[error("the reranker's scorers hold more than u32::MAX weights")]
     TooLarge,
-}
-
-/// Each training point's top `c` labels by `model`'s search, every reranker off (so the
-/// candidates are the search's alone), as sorted label ids.
-pub fn candidates(
-    model: &Model,
-    ds: &Dataset,
-    c: usize,
-) -> Result<Vec<Vec<u32>>, RerankTrainError> {
-    let options = PredictOptions {
-        k: c,
-        rerank: Some(false),
-        rerank_ova: Some(false),
-        ..PredictOptions::default()
-    };
-    let predictions = crate::model::evaluate::predict_all(model, ds, &options)
-        .map_err(|(point, source)| RerankTrainError::Search { point, source })?;
-    Ok(predictions
-        .into_iter()
-        .map(|p| {
-            let mut labels: Vec<u32> = p.labels.iter().map(|l| l.0).collect();
-            labels.sort_unstable();
-            labels
-        })
-        .collect())
 }
 
 /// The points of each label, ascending: the transpose of `rows` (each a sorted list of labels

@@ -5,32 +5,17 @@
 //! most frequent labels ([`partition`]: sparse k-means initialisation, then alternating
 //! minimisation of objective (1)). A one-vs-all linear router over the q blocks sends a query to
 //! its best block (or best `block_candidates` blocks), and only that block's model, a label tree
-//! or flat one-vs-all over the block's points and labels, is searched. [`train`] holds the
-//! trainer (the choice of q and of λ_bp by cross-validation included), [`view`] the stored form
-//! and the query-time search.
+//! or flat one-vs-all over the block's points and labels, is searched. [`view`] holds the stored
+//! form and the query-time search. The trainer (the choice of q and of λ_bp by cross-validation
+//! included) composes tree trainers, so it lives beside them in [`crate::train::bp`].
 
 pub mod partition;
-pub mod train;
 pub mod view;
 
-pub use train::{BpTrained, train_bp};
 pub use view::{BlockArrays, BpArrays, BpQuery, BpScratch, BpStats, BpViewError};
 
-use crate::config::ModelKind;
+use crate::tree::ModelKind;
 use serde::{Deserialize, Serialize};
-
-/// The section prefix of the router's tree arrays.
-pub const ROUTER_PREFIX: &str = "bp.router";
-
-/// The section prefix of block `b`'s model (short: section names are at most 32 bytes).
-pub fn block_tree_prefix(b: usize) -> String {
-    format!("bp.{b}.t")
-}
-
-/// The section name of block `b`'s label map (local id → global id).
-pub fn block_labels_section(b: usize) -> String {
-    format!("bp.{b}.labels")
-}
 
 /// What the metadata records about the BP stage (`meta.bp`; absent when BP is off).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -15,8 +15,8 @@
 //! Each step minimises f over its half of the variables, so f never increases; [`alternate`]
 //! stops once an iteration improves it by less than [`STOP_IMPROVEMENT`].
 
-use crate::cluster::derive_seed;
 use crate::data::{SparseMatrix, row_slices};
+use crate::seed::derive_seed;
 use rayon::prelude::*;
 
 /// Alternation stops once an iteration lowers the objective by less than this (the paper's 1e-5).

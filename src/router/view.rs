@@ -13,7 +13,9 @@
 
 use crate::linear::Loss;
 use crate::tree::chunk::EntryOuts;
-use crate::tree::view::{SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError};
+use crate::tree::view::{
+    Candidate, SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError,
+};
 use thiserror::Error;
 
 /// Why stored BP sections were refused.
@@ -182,7 +184,7 @@ where
         dense: &[f32],
         query: &BpQuery<'_>,
         scratch: &mut BpScratch,
-        cands: &mut Vec<(u32, f32, u32)>,
+        cands: &mut Vec<Candidate>,
         blocks_out: &mut Vec<u32>,
     ) -> BpStats {
         let router = self.router.borrowed();
@@ -202,13 +204,9 @@ where
         );
         total.early_stopped = true;
         scratch.routed.clear();
-        scratch.routed.extend(
-            scratch
-                .search
-                .candidates
-                .iter()
-                .map(|&(blk, s, _)| (blk, s)),
-        );
+        scratch
+            .routed
+            .extend(scratch.search.candidates.iter().map(|c| (c.label, c.score)));
         scratch
             .routed
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -243,13 +241,11 @@ where
             total.beam_capped |= stats.beam_capped;
             total.deadline_hit |= stats.deadline_hit;
             let map: &[u32] = &block.labels;
-            cands.extend(
-                scratch
-                    .search
-                    .candidates
-                    .iter()
-                    .map(|&(l, s, d)| (map[l as usize], route_logp + s, d)),
-            );
+            cands.extend(scratch.search.candidates.iter().map(|c| Candidate {
+                label: map[c.label as usize],
+                score: route_logp + c.score,
+                depth: c.depth,
+            }));
             blocks_out.push(blk);
         }
         if blocks_out.len() > 1 {
@@ -260,9 +256,14 @@ where
 }
 
 /// Keeps one candidate per label, the best-scoring (ties: the shallower), in label order.
-fn keep_best_per_label(cands: &mut Vec<(u32, f32, u32)>) {
-    cands.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(&b.2)));
-    cands.dedup_by_key(|c| c.0);
+fn keep_best_per_label(cands: &mut Vec<Candidate>) {
+    cands.sort_unstable_by(|a, b| {
+        a.label
+            .cmp(&b.label)
+            .then(b.score.total_cmp(&a.score))
+            .then(a.depth.cmp(&b.depth))
+    });
+    cands.dedup_by_key(|c| c.label);
 }
 
 #[cfg(test)]
@@ -271,8 +272,18 @@ mod tests {
 
     #[test]
     fn merged_blocks_keep_the_best_score_per_label() {
-        let mut c = vec![(4, -0.5, 1), (2, -0.1, 1), (4, -0.2, 2), (2, -0.3, 1)];
+        let cand = |label, score, depth| Candidate {
+            label,
+            score,
+            depth,
+        };
+        let mut c = vec![
+            cand(4, -0.5, 1),
+            cand(2, -0.1, 1),
+            cand(4, -0.2, 2),
+            cand(2, -0.3, 1),
+        ];
         keep_best_per_label(&mut c);
-        assert_eq!(c, vec![(2, -0.1, 1), (4, -0.2, 2)]);
+        assert_eq!(c, vec![cand(2, -0.1, 1), cand(4, -0.2, 2)]);
     }
 }

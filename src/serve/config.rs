@@ -1,8 +1,8 @@
 //! Server configuration in layers: compiled-in defaults, then the `[serve]` table of a TOML file,
 //! then `XMC_<KEY>` environment variables, then command-line flags, merged by the layering that
-//! train settings use too ([`crate::config::layers`]). Every error names its key.
+//! train settings use too ([`crate::settings`]). Every error names its key.
 
-use crate::config::layers::{self, Layer, Refusal};
+use crate::settings::{self as layers, Layer, Refusal};
 use figment::value::Dict;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::{Path, PathBuf};

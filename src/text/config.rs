@@ -1,7 +1,7 @@
 //! The vectorizer's settings: the `[train.text]` table and the `--set text.KEY=VALUE` keys
 //! (read by [`crate::config`]'s layering).
 
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// How text becomes a tf-idf vector. Every field has a default ([`TextConfig::DEFAULT`]); the

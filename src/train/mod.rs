@@ -4,26 +4,27 @@
 //! λ-weighted by the label frequencies when `lambda > 0`), then the node classifiers ([`crate::tree::train`]). A flat model is a single-leaf tree. The arrays go into
 //! one bundle with a JSON `meta` section, written atomically.
 
+pub mod bp;
+mod rerank;
+
 use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
-use crate::config::{ModelKind, TrainConfig, TreeNegatives, WeightFormat};
+use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId, SparseMatrix};
 use crate::defrag::train::{DefragArrays, Prototypes};
-use crate::model::{Created, MODEL_FORMAT, Model, ModelMeta, defrag_section, refrag_section};
+use crate::model::sections;
+use crate::model::{Created, MODEL_FORMAT, ModelMeta};
 use crate::rerank::train::{OvaArrays, RerankTrainError};
-use crate::rerank::{RerankModel, input_prototype_section, ova_section};
 use crate::router::BpArrays;
 use crate::text::Fitted;
 use crate::tree::TreeError;
 use crate::tree::build::{TreeParams, build_tree, build_tree_weighted, pifa_embeddings};
-use crate::tree::chunk::{Widths, narrowest, pack_entries};
 use crate::tree::freq::label_frequencies;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{Negatives, TreeTrainError, train_tree};
 use crate::tree::view::TreeArrays;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
-use std::borrow::Cow;
 use std::time::Instant;
 use thiserror::Error;
 
@@ -53,6 +54,14 @@ pub enum TrainError {
     /// The OVA reranker could not be trained.
     #[error("OVA reranker: {0}")]
     Rerank(#[from] RerankTrainError),
+    /// The search refused a training point while proposing the OVA reranker's candidates.
+    #[error("OVA reranker: searching training point {point}: {source}")]
+    RerankSearch {
+        /// The point (its row in the training data).
+        point: usize,
+        /// Why.
+        source: crate::model::QueryError,
+    },
     /// The model could not be opened to search the training points for the reranker.
     #[error("opening the trained model for the reranker: {0}")]
     Open(String),
@@ -112,31 +121,32 @@ impl Trained {
     /// Lays the model out as a bundle; the writer borrows the arrays.
     pub fn writer(&self) -> Result<BundleWriter<'_>, FormatError> {
         let mut w = self.sections()?;
-        w.add_json("meta", &self.meta)?;
+        w.add_json(sections::META, &self.meta)?;
         Ok(w)
     }
 
     /// Every section but the metadata: what the content version hashes.
     fn sections(&self) -> Result<BundleWriter<'_>, FormatError> {
+        // The order is the bundle's section order: changing it changes every bundle's bytes.
         let mut w = BundleWriter::new();
-        add_arrays(
+        sections::write_arrays(
             &mut w,
             &self.trees,
             self.bp.as_ref(),
             &self.label_counts,
             self.meta.config.weights,
         )?;
-        add_defrag(&mut w, &self.defrag)?;
+        sections::write_defrag(&mut w, &self.defrag)?;
         if let Some(p) = &self.prototypes {
-            add_rows(&mut w, input_prototype_section, &p.start, &p.idx, &p.val)?;
+            sections::write_input_prototypes(&mut w, p)?;
         }
-        add_rerank(&mut w, self.rerank.as_ref())?;
-        add_names(
+        sections::write_ova(&mut w, self.rerank.as_ref())?;
+        sections::write_names(
             &mut w,
             self.label_names.as_deref(),
             self.feature_names.as_deref(),
         )?;
-        add_text(&mut w, self.text.as_ref())?;
+        sections::write_text(&mut w, self.text.as_ref())?;
         Ok(w)
     }
 
@@ -162,15 +172,6 @@ pub struct TrainInputs {
     pub train_stats: serde_json::Value,
     /// The text vectorizer the rows were made with, stored in the bundle.
     pub text: Option<Fitted>,
-}
-
-/// The training-set count of every label.
-pub fn label_counts(ds: &Dataset) -> Vec<u32> {
-    let mut counts = vec![0u32; ds.n_labels()];
-    for &l in ds.labels.indices() {
-        counts[l as usize] = counts[l as usize].saturating_add(1);
-    }
-    counts
 }
 
 /// Trains a model on `ds` (rows already normalized if the config says so) and lays out its bundle.
@@ -220,7 +221,7 @@ pub fn train(
                 "BP with DEFRAG is not supported yet: set defrag=off or bp=off".into(),
             ));
         }
-        let trained = crate::router::train_bp(ds, cfg, progress)?;
+        let trained = bp::train_bp(ds, cfg, progress)?;
         for (name, s) in &trained.seconds {
             seconds.insert(name.clone(), (*s).into());
         }
@@ -247,7 +248,7 @@ pub fn train(
         seconds.insert("refrag".into(), start.elapsed().as_secs_f64().into());
         p
     });
-    let label_counts = label_counts(ds);
+    let label_counts = crate::data::label_counts(&ds.labels);
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
         name: if cfg.name.is_empty() {
@@ -297,7 +298,7 @@ pub fn train(
     };
     if cfg.rerank.on() {
         let start = Instant::now();
-        trained.rerank = Some(train_rerank(&mut trained, ds, cfg, progress)?);
+        trained.rerank = Some(rerank::train_rerank(&mut trained, ds, cfg, progress)?);
         trained
             .meta
             .created
@@ -306,39 +307,6 @@ pub fn train(
     }
     trained.meta.version = content_hash(&trained)?;
     Ok(trained)
-}
-
-/// The OVA reranker of `trained` (whose reranker is not yet set): the model is opened in memory,
-/// its search run over the training points, and one scorer trained per label on its hard
-/// negatives ([`crate::rerank::train`]).
-fn train_rerank(
-    trained: &mut Trained,
-    ds: &Dataset,
-    cfg: &TrainConfig,
-    progress: &dyn Progress,
-) -> Result<OvaArrays, TrainError> {
-    // The model without its reranker: its metadata must not ask for the missing sections.
-    trained.meta.config.rerank.model = RerankModel::Off;
-    let bytes = trained.to_bytes();
-    trained.meta.config.rerank.model = cfg.rerank.model;
-    let bundle = crate::bundle::Bundle::from_bytes(&bytes?)?;
-    let model =
-        Model::from_bundle_structure(bundle).map_err(|e| TrainError::Open(e.to_string()))?;
-    progress.phase("reranker candidates", 1);
-    let cands = crate::rerank::train::candidates(&model, ds, cfg.rerank.candidates)?;
-    progress.step();
-    drop(model);
-    progress.phase("reranker scorers", ds.n_labels() as u64);
-    let solver = crate::linear::SolverParams {
-        seed: crate::cluster::derive_seed(cfg.seed, 0x0FA_5C0E),
-        ..cfg.solver
-    };
-    Ok(crate::rerank::train::train_scorers(
-        ds,
-        &cands,
-        &solver,
-        &|| progress.step(),
-    )?)
 }
 
 /// The label trees of a model without BP: every member's partition, then every member's
@@ -361,11 +329,7 @@ fn train_trees(
     // root with two columns) overlap with another's wide bottom ones. Each member's seed and
     // each column's seed are fixed, so the bundle does not depend on the schedule.
     let seeds: Vec<u64> = (0..cfg.trees)
-        .map(|t| {
-            cfg.seed
-                .wrapping_add(t as u64)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        })
+        .map(|t| crate::seed::member_seed(cfg.seed, t as u64))
         .collect();
     progress.phase(
         if cfg.defrag.on() {
@@ -483,7 +447,7 @@ fn partition_member(
                 ds,
                 &cfg.defrag,
                 cfg.normalize,
-                crate::cluster::derive_seed(seed, 0xDEF8A6),
+                crate::seed::derive_seed(seed, 0xDEF8A6),
             )
             .map_err(|source| TrainError::Defrag { tree: t, source })?,
         )
@@ -629,156 +593,6 @@ pub(crate) fn single_leaf(n_labels: usize) -> Result<TreeLayout, TreeError> {
         (0..n).map(LabelId).collect(),
         n_labels,
     )
-}
-
-/// Adds the optional name sections to `w`.
-fn add_names<'a>(
-    w: &mut BundleWriter<'a>,
-    label_names: Option<&[String]>,
-    feature_names: Option<&[String]>,
-) -> Result<(), FormatError> {
-    if let Some(names) = label_names {
-        w.add_json("label_names", &names)?;
-    }
-    if let Some(names) = feature_names {
-        w.add_json("feature_names", &names)?;
-    }
-    Ok(())
-}
-
-/// Adds the text vectorizer's sections to `w` (none for a model of feature vectors).
-fn add_text<'a>(w: &mut BundleWriter<'a>, text: Option<&'a Fitted>) -> Result<(), FormatError> {
-    if let Some(t) = text {
-        w.add_bytes(crate::text::VOCAB_SECTION, &t.vocab)?;
-        w.add_f32(crate::text::IDF_SECTION, &t.idf)?;
-        // An empty index stands for a vectorizer fitted before there was one.
-        if !t.index.slots.is_empty() {
-            w.add_u32(crate::text::index::SLOTS_SECTION, &t.index.slots)?;
-            w.add_bytes(crate::text::index::TERMS_SECTION, &t.index.terms)?;
-        }
-    }
-    Ok(())
-}
-
-/// Adds every model array (all but `meta` and the name sections) to `w`.
-fn add_arrays<'a>(
-    w: &mut BundleWriter<'a>,
-    trees: &'a [TreeArrays<Vec<u32>, Vec<f32>>],
-    bp: Option<&'a BpArrays<Vec<u32>, Vec<f32>>>,
-    label_counts: &'a [u32],
-    weights: WeightFormat,
-) -> Result<(), FormatError> {
-    w.add_u32("labels.train_count", label_counts)?;
-    for (t, a) in trees.iter().enumerate() {
-        add_tree(w, &format!("tree.{t}"), a, weights)?;
-    }
-    if let Some(bp) = bp {
-        add_tree(w, crate::router::ROUTER_PREFIX, &bp.router, weights)?;
-        for (b, block) in bp.blocks.iter().enumerate() {
-            w.add_u32(&crate::router::block_labels_section(b), &block.labels)?;
-            add_tree(
-                w,
-                &crate::router::block_tree_prefix(b),
-                &block.tree,
-                weights,
-            )?;
-        }
-    }
-    Ok(())
-}
-
-/// Adds one tree's arrays as sections `{prefix}.{array}`, its entries and rows packed when
-/// `weights` is bfloat16 and every output fits 16 bits.
-fn add_tree<'a>(
-    w: &mut BundleWriter<'a>,
-    prefix: &str,
-    a: &'a TreeArrays<Vec<u32>, Vec<f32>>,
-    weights: WeightFormat,
-) -> Result<(), FormatError> {
-    let s = |name: &str| format!("{prefix}.{name}");
-    w.add_u32(&s("node_info"), &a.node_info)?;
-    w.add_u32(&s("out_start"), &a.out_start)?;
-    w.add_u32(&s("out_ids"), &a.out_ids)?;
-    w.add_f32(&s("out_bias"), &a.out_bias)?;
-    w.add_u32(&s("chunk.feat_start"), &a.chunks.feat_start)?;
-    w.add_u32(&s("chunk.feat"), &a.chunks.feat)?;
-    w.add_u32(&s("chunk.entry_start"), &a.chunks.entry_start)?;
-    let packed = match weights {
-        WeightFormat::Bf16 => pack_entries(&a.chunks.entry_out, &a.chunks.entry_weight),
-        WeightFormat::F32 => None,
-    };
-    let bf16 = packed.is_some();
-    if let Some(words) = packed {
-        // Instead of `entry_out` and `entry_weight`, so a reader that does not know packed
-        // entries refuses the bundle rather than reading a tree without them.
-        w.add_u32_owned(&s("chunk.entry"), words)?;
-    } else {
-        // At the narrowest width that holds the tree's largest output (see `Widths`).
-        match narrowest(&a.chunks.entry_out) {
-            Widths::U8(outs) => w.add_u8(&s("chunk.entry_out"), Cow::Owned(outs))?,
-            Widths::U16(outs) => w.add_u16(&s("chunk.entry_out"), Cow::Owned(outs))?,
-            Widths::U32(outs) => w.add_u32(&s("chunk.entry_out"), outs)?,
-        };
-        w.add_f32(&s("chunk.entry_weight"), &a.chunks.entry_weight)?;
-    }
-    w.add_u32(&s("chunk.hash_start"), &a.chunks.hash_start)?;
-    w.add_u32(&s("chunk.hash"), &a.chunks.hash)?;
-    w.add_u32(&s("chunk.rank_start"), &a.chunks.rank_start)?;
-    w.add_u32(&s("chunk.rank"), &a.chunks.rank)?;
-    if bf16 {
-        // Rows as bfloat16 pairs, rounded as the entries are: every weight of the tree is then a
-        // bfloat16, and whether a node got rows or entries does not change a score. Instead of
-        // `row_weight` (format version 4).
-        let (row_start, packed) = a.chunks.packed_rows();
-        w.add_u32_owned(&s("chunk.row_start"), row_start)?;
-        w.add_u32_owned(&s("chunk.row_packed"), packed)?;
-    } else {
-        w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
-        w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
-    }
-    Ok(())
-}
-
-/// Adds each tree's DEFRAG sections (none when DEFRAG is off, so such bundles are unchanged).
-fn add_defrag<'a>(w: &mut BundleWriter<'a>, defrag: &'a [DefragArrays]) -> Result<(), FormatError> {
-    for (t, a) in defrag.iter().enumerate() {
-        w.add_u32(&defrag_section(t, "map"), &a.map)?;
-        w.add_u32(&defrag_section(t, "sizes"), &a.sizes)?;
-        if let Some(scale) = &a.scale {
-            w.add_f32(&defrag_section(t, "scale"), scale)?;
-        }
-        if let Some(p) = &a.prototypes {
-            w.add_u32(&refrag_section(t, "start"), &p.start)?;
-            w.add_u32(&refrag_section(t, "idx"), &p.idx)?;
-            w.add_f32(&refrag_section(t, "val"), &p.val)?;
-        }
-    }
-    Ok(())
-}
-
-/// Adds the OVA reranker's sections (none without one, so such bundles are unchanged).
-fn add_rerank<'a>(w: &mut BundleWriter<'a>, ova: Option<&'a OvaArrays>) -> Result<(), FormatError> {
-    if let Some(o) = ova {
-        let r = &o.rows;
-        add_rows(w, ova_section, &r.start, &r.idx, &r.val)?;
-        w.add_f32(&ova_section("bias"), &o.bias)?;
-    }
-    Ok(())
-}
-
-/// Label-major rows as the sections `section("start")`, `section("idx")` and `section("val")`,
-/// the layout both input-space rerankers store (read back by `model::stage`).
-fn add_rows<'a>(
-    w: &mut BundleWriter<'a>,
-    section: fn(&str) -> String,
-    start: &'a [u32],
-    idx: &'a [u32],
-    val: &'a [f32],
-) -> Result<(), FormatError> {
-    w.add_u32(&section("start"), start)?;
-    w.add_u32(&section("idx"), idx)?;
-    w.add_f32(&section("val"), val)?;
-    Ok(())
 }
 
 /// The reproducible clustering statistics of one member, for `tree_stats`.

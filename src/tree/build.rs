@@ -300,7 +300,7 @@ fn grow(
         .into_par_iter()
         .enumerate()
         .map(|(i, part)| {
-            let child_seed = cluster::derive_seed(seed, i as u64);
+            let child_seed = crate::seed::derive_seed(seed, i as u64);
             grow(embeddings, part, params, cluster_params, freqs, child_seed)
         })
         .collect::<Result<Vec<_>, _>>()?;

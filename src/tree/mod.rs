@@ -21,6 +21,16 @@ pub use layout::{DepthCount, LeafSizeStats, TreeLayout};
 
 use crate::cluster::ClusterError;
 
+/// Which model family to train: the tree's shape (a flat model is a single-leaf tree).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A probabilistic label tree (Parabel-style), the default.
+    Tree,
+    /// Flat one-vs-all: every label scored by its own classifier.
+    Flat,
+}
+
 /// Why a tree could not be built, or why stored tree arrays are not a valid tree.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TreeError {

@@ -100,8 +100,27 @@ pub struct SearchScratch {
     frontier: BinaryHeap<Frontier>,
     best: BinaryHeap<Ranked>,
     per_depth: Vec<u32>,
-    /// The labels reached: `(label, log-probability, depth)`.
-    pub candidates: Vec<(u32, f32, u32)>,
+    /// The labels reached, each with its path log-probability.
+    pub candidates: Vec<Candidate>,
+}
+
+/// A label a search reached, with its score and depth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    /// The label (a tree's output id; the model maps block-local ids to global ones).
+    pub label: u32,
+    /// Its score: the path log-probability in a tree's search, the probability once the model
+    /// has merged the trees, the reranked probability after the rerank stage.
+    pub score: f32,
+    /// The depth at which it was reached (its leaf's depth + 1).
+    pub depth: u32,
+}
+
+impl Candidate {
+    /// Best first: the higher score, then the lower label id.
+    pub fn ranking(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+        b.score.total_cmp(&a.score).then(a.label.cmp(&b.label))
+    }
 }
 
 /// An unexpanded node; the heap pops the largest path log-probability first (ties: smaller id).
@@ -451,7 +470,11 @@ where
         }
         scratch
             .candidates
-            .extend(scratch.best.iter().map(|r| (r.label, r.logp, r.depth)));
+            .extend(scratch.best.iter().map(|r| Candidate {
+                label: r.label,
+                score: r.logp,
+                depth: r.depth,
+            }));
         stats
     }
 
@@ -483,11 +506,13 @@ where
                 stats.outputs_evaluated += outs.len() as u32;
                 if self.is_leaf(node) {
                     let depth = self.depth(node) + 1;
-                    scratch.candidates.extend(
-                        outs.iter()
-                            .zip(&scratch.acc)
-                            .map(|(&l, &s)| (l, logp + score_to_log_prob(loss, s), depth)),
-                    );
+                    scratch
+                        .candidates
+                        .extend(outs.iter().zip(&scratch.acc).map(|(&l, &s)| Candidate {
+                            label: l,
+                            score: logp + score_to_log_prob(loss, s),
+                            depth,
+                        }));
                 } else {
                     scratch.next.extend(
                         outs.iter()

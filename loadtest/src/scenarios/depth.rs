@@ -1,10 +1,11 @@
 //! Depth versus latency: every model's server at every rate, in interleaved rounds.
 
+use super::Report;
+use crate::context::{Ctx, loadavg, predict_target};
 use crate::engine::RunResult;
 use crate::plot::{self, Axes, Series};
 use crate::queries::{self, Quality, Queries};
-use crate::report::{self, PICKS, Report, f, la};
-use crate::runner::{Ctx, loadavg, predict_target};
+use crate::report::{PICKS, f, la};
 use crate::stats::{self, Summary};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -100,7 +101,7 @@ pub(crate) async fn depth_vs_latency(
                 cancelled: r.cancelled,
             });
         }
-        report::write(rep, &ctx.out)?;
+        super::write(rep, &ctx.out)?;
     }
     for mut srv in servers {
         srv.stop();

@@ -1,10 +1,11 @@
 //! Max rate: the highest offered rate whose run meets the latency line, per model and endpoint.
 
+use super::Report;
+use crate::context::{Ctx, Measured, health_target, loadavg, predict_target};
 use crate::engine::Target;
 use crate::plot::{self, Axes, Series};
 use crate::queries::Queries;
-use crate::report::{self, PICKS, Report, f, la};
-use crate::runner::{Ctx, Measured, health_target, loadavg, predict_target};
+use crate::report::{PICKS, f, la};
 use crate::scenario::MaxRate;
 use crate::stats::{self, Summary};
 use serde::Serialize;
@@ -224,7 +225,7 @@ pub(crate) async fn max_rate_all(ctx: &Ctx, q: &Queries, rep: &mut Report) -> an
                 });
             }
             rep.max_rate.push(entry);
-            report::write(rep, &ctx.out)?;
+            super::write(rep, &ctx.out)?;
             srv.stop();
         }
     }
@@ -408,7 +409,7 @@ mod tests {
             ],
             hot_swap: None,
         };
-        let md = report::markdown(&r);
+        let md = crate::scenarios::markdown(&r);
         assert!(
             md.contains("a: `/v1/predict` max rate is 56% of `/healthz`'s (18000 / 32000 req/s)"),
             "{md}"
@@ -433,7 +434,7 @@ mod tests {
         };
         r.max_rate[0].half = Some(half(4.123));
         r.max_rate[1].half = Some(half(0.857));
-        let md = report::markdown(&r);
+        let md = crate::scenarios::markdown(&r);
         assert!(
             md.contains(
                 "(18000 / 32000 req/s). At half of each: `/v1/predict` p99 4.123 ms, \
@@ -446,7 +447,7 @@ mod tests {
         // The load shape says when connections were opened first, and only then.
         assert!(!md.contains("connections opened"), "{md}");
         r.load.connections = 512;
-        let md = report::markdown(&r);
+        let md = crate::scenarios::markdown(&r);
         assert!(
             md.contains("1 s warm-up, 512 connections opened before each; latency"),
             "{md}"

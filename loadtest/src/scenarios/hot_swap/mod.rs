@@ -7,11 +7,11 @@ mod report;
 pub(crate) use report::markdown;
 pub use report::{HotSwapReport, Slow, Span, Window};
 
+use super::Report;
 use super::max_rate::{MaxRateReport, find_max};
+use crate::context::{Ctx, loadavg, predict_target};
 use crate::engine::{self, HttpClient, RunResult};
 use crate::queries::{self, Quality, Queries};
-use crate::report::Report;
-use crate::runner::{Ctx, loadavg, predict_target};
 use crate::scenario::{HotSwap, SwapMethod};
 use crate::server;
 use crate::stats;
@@ -220,7 +220,7 @@ pub(crate) async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow
         load_before,
     };
     rep.hot_swap = Some(report(&h, q, &r, &log, &samples, gathered));
-    crate::report::write(rep, &ctx.out)?;
+    super::write(rep, &ctx.out)?;
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! The hot-swap figures and their section of the report.
 
-use crate::report::{f, generator_faults, kdamond, la, n, sockets, steal};
+use crate::report::{f, la, n};
 use crate::scenario::SwapMethod;
 use crate::stats::Summary;
 use serde::Serialize;
@@ -393,4 +393,25 @@ fn summary(m: &mut String, h: &HotSwapReport) {
         faults(1),
         faults(2)
     );
+}
+
+/// A span's TCP sockets in use, `start → end`, or a dash.
+fn sockets(s: Option<&Span>) -> String {
+    s.and_then(|s| s.tcp_sockets)
+        .map_or("–".into(), |[a, b]| format!("{a} → {b}"))
+}
+
+/// A span's host steal time, ms.
+fn steal(s: Option<&Span>) -> Option<f64> {
+    s.map(|s| s.cpu_ms.steal)
+}
+
+/// A span's `kdamond` time, ms.
+fn kdamond(s: Option<&Span>) -> Option<f64> {
+    s.and_then(|s| s.kdamond_ms)
+}
+
+/// A span's minor faults of the generator.
+fn generator_faults(s: Option<&Span>) -> Option<u64> {
+    s.and_then(|s| s.generator_minor_faults)
 }

@@ -1,17 +1,17 @@
 //! Training the BP stage: the choice of λ_bp (k-fold cross-validation, §3.3) and of q, the
 //! partition, the router, and one model per block.
 
-use super::partition::{self, Partition};
-use super::view::{BlockArrays, BpArrays, BpQuery, BpScratch};
-use super::{BpMeta, CvPoint, CvReport, QTry, worst};
-use crate::cluster::derive_seed;
+use super::{OneTree, Progress, Quiet, TrainError, single_leaf, train_one_tree};
 use crate::config::{ModelKind, TrainConfig};
 use crate::data::{Dataset, SparseMatrix, row_slices};
 use crate::linear::SolverParams;
-use crate::train::{OneTree, Progress, Quiet, TrainError, single_leaf, train_one_tree};
+use crate::router::partition::{self, Partition};
+use crate::router::view::{BlockArrays, BpArrays, BpQuery, BpScratch};
+use crate::router::{BpMeta, CvPoint, CvReport, QTry, worst};
+use crate::seed::derive_seed;
 use crate::tree::freq::label_frequencies;
 use crate::tree::train::{Negatives, select_rows, train_tree};
-use crate::tree::view::{SearchLimits, SearchScratch, TreeArrays};
+use crate::tree::view::{Candidate, SearchLimits, SearchScratch, TreeArrays};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -335,12 +335,12 @@ fn precision_at_1<S: Send>(
     (hits as f64 / n, evals as f64 / n)
 }
 
-/// The best of `(label, log-probability, depth)` candidates: highest score, then lowest id.
-fn best_candidate(cands: &[(u32, f32, u32)]) -> Option<u32> {
+/// The best of a search's candidates: highest score, then lowest id.
+fn best_candidate(cands: &[Candidate]) -> Option<u32> {
     cands
         .iter()
-        .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)))
-        .map(|c| c.0)
+        .min_by(|a, b| Candidate::ranking(a, b))
+        .map(|c| c.label)
 }
 
 /// Chooses λ_bp by k-fold cross-validation (§3.3), scoring the first `bp_scored_folds` folds

@@ -9,6 +9,10 @@
 //! Values written as text (environment variables, `--set`) are typed by the default at their
 //! place: text stays text where the default is a string, and is read as a TOML value (a number,
 //! a boolean, `inf`) elsewhere. Where the default is a boolean, `on` and `off` are accepted too.
+//!
+//! It imports nothing from the crate, so that a stage's own settings (`DefragParams`,
+//! `TextConfig`) can use its helpers and its [`ConfigError`] without importing the trainer's
+//! configuration, which gathers them.
 
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
@@ -16,6 +20,49 @@ use figment::{Figment, Metadata, Profile, Provider};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::cell::Cell;
+use thiserror::Error;
+
+/// A configuration error, naming the key or file at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading config {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("parsing config {path}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key is not known.
+    #[error("unknown config key `{key}` in {source_name} (known keys: {known})")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// Where it was given (a file, an environment variable, a `--set`).
+        source_name: String,
+        /// The keys that are known.
+        known: String,
+    },
+    /// A value has the wrong type or is out of range. The message says where it was given.
+    #[error("config key `{key}`: {message}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A `--set` argument is not `key=value`.
+    #[error("--set `{0}` is not of the form key=value")]
+    BadOverride(String),
+}
 
 thread_local! {
     static SERIALIZE_ALL: Cell<bool> = const { Cell::new(false) };
