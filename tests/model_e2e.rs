@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::layout::{entry_at, reseal};
 use common::{load, p_at_1, rechunk, train_with, vendored, xmc};
 use std::path::Path;
 use xmc::bundle::{Bundle, Dtype, OpenOptions};
@@ -357,8 +358,9 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
                 assert!(p.labels.len() <= 10);
             }
         }
-        if c == 6 {
-            assert!(model.label_names().is_none());
+        // The name section holds one name for 374 labels: unreadable, so served as absent.
+        if c == 7 {
+            assert!(model.label_names().is_none(), "corruption 7 gave names");
         }
     }
     // An intact model opens the same either way and answers identically.
@@ -373,6 +375,58 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
             quick.predict(idx, val, &o).unwrap()
         );
     }
+}
+
+/// A label-name section that is not JSON at all (its checksum made right): the full open refuses
+/// it, while a structural open serves the model without names, and `verify()` reports them.
+#[test]
+fn an_unparsable_name_section_is_refused_in_full_and_absent_after_a_structural_open() {
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/tiny.txt");
+    let mut ds = data::read_xc_file(&tiny).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let names: Vec<String> = (0..ds.n_labels()).map(|l| format!("label {l}")).collect();
+    let cfg = TrainConfig::load(None, &["max_leaf=2".into()]).unwrap();
+    let inputs = TrainInputs {
+        label_names: Some(names.clone()),
+        ..TrainInputs::default()
+    };
+    let good = train::train(&ds, &cfg, inputs, &Quiet)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let bundle = Bundle::from_bytes(&good).unwrap();
+    let (entry, info) = (bundle.sections().iter().enumerate())
+        .find(|(_, s)| s.name == "label_names")
+        .unwrap();
+    let at = info.offset as usize..(info.offset + info.byte_len) as usize;
+    let mut bad = good.clone();
+    bad[at.clone()].fill(b'[');
+    let crc = crc32fast::hash(&bad[at]);
+    bad[entry_at(entry) + 36..entry_at(entry) + 40].copy_from_slice(&crc.to_le_bytes());
+    reseal(&mut bad);
+
+    let open = |b: &[u8], full: bool| {
+        let bundle = Bundle::from_bytes(b).unwrap();
+        bundle.verify_checksums().unwrap();
+        if full {
+            Model::from_bundle(bundle)
+        } else {
+            Model::from_bundle_structure(bundle)
+        }
+    };
+    let err = open(&bad, true).unwrap_err();
+    assert!(err.to_string().contains("label_names"), "{err}");
+    let (intact, model) = (open(&good, false).unwrap(), open(&bad, false).unwrap());
+    assert_eq!(intact.label_names().unwrap().len(), names.len());
+    assert!(model.label_names().is_none());
+    assert!(model.verify().is_err());
+    // It answers as the intact model does.
+    let (idx, val) = ds.feature_row(0);
+    let o = PredictOptions::default();
+    assert_eq!(
+        model.predict(idx, val, &o).unwrap(),
+        intact.predict(idx, val, &o).unwrap()
+    );
 }
 
 /// A binary tree stores its internal nodes' weights as rows; the same weights as entries give
