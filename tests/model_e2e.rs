@@ -23,8 +23,8 @@ fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
     let model = Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap();
     assert_eq!(model.meta().n_labels, 374);
     let p1 = p_at_1(&model, &test);
-    // The most frequent label alone scores about 0.13 on this split; a trained tree does far better.
-    assert!(p1 > 0.2, "P@1 = {p1}");
+    // The most frequent label alone scores about 0.13 on this split; this tree scores 0.332.
+    assert!(p1 >= 0.32, "P@1 = {p1}");
 
     let q = test.feature_row(0);
     let p = model
@@ -100,12 +100,16 @@ fn an_ensemble_member_is_the_single_tree_of_its_seed() {
 fn ensemble_and_flat_models_predict() {
     let train = load("Corel5k", "train");
     let test = load("Corel5k", "test");
-    for overrides in [&["trees=2", "max_leaf=40"][..], &["model=flat"][..]] {
+    // Each with its floor, 1 to 2 points below its P@1 on the test split (0.362 and 0.338).
+    for (overrides, floor) in [
+        (&["trees=2", "max_leaf=40"][..], 0.35),
+        (&["model=flat"][..], 0.32),
+    ] {
         let trained = train_with(&train, overrides);
         let model =
             Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
         let p1 = p_at_1(&model, &test);
-        assert!(p1 > 0.2, "{overrides:?}: P@1 = {p1}");
+        assert!(p1 >= floor, "{overrides:?}: P@1 = {p1}");
     }
 }
 
@@ -258,7 +262,8 @@ fn run_train_eval(dir: &Path, name: &str, train: &Path, test: &Path) {
         assert!(report.get(key).is_some(), "{name}: no `{key}` in {report}");
     }
     assert_eq!(report["n"], 500);
-    assert!(report["p@1"].as_f64().unwrap() > 0.2, "{name}: {report}");
+    // Each copy of the data gives the same model, which scores 0.33.
+    assert!(report["p@1"].as_f64().unwrap() >= 0.315, "{name}: {report}");
     // The held-out metrics were recorded at training time.
     let model = Model::open(&model, &OpenOptions::default()).unwrap();
     let heldout = model.meta().heldout.as_ref().unwrap();
