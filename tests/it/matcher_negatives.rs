@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;

@@ -7,7 +7,7 @@
 // Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::layout::{ENTRY, HEADER, count, entry_at, get_u64, put_u64, reseal};
 use xmc::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};

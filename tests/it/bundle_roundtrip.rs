@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-mod common;
+use crate::common;
 
 use common::layout::{ENTRY, count, entry_at, get_u64, put_u64, reseal};
 use proptest::prelude::*;

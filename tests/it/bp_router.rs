@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{load, p_at_1, p_at_1_with, rechunk, train_with};
 use xmc::bundle::Bundle;

@@ -2,7 +2,7 @@
 //! code, hot swaps and a corrupt bundle.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

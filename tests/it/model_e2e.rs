@@ -2,7 +2,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::layout::{entry_at, reseal};
 use common::{load, p_at_1, rechunk, train_with, vendored, xmc};
