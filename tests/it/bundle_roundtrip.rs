@@ -141,12 +141,12 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         1 => (any::<usize>(), 1..=255u8).prop_map(|(at, mask)| Mutation::Flip { at, mask }),
         1 => (any::<usize>(), 1..=255u8).prop_map(|(at, mask)| Mutation::FlipStructure { at, mask }),
-        3 => (i.clone(), any::<usize>(), 1..=255u8, any::<bool>()).prop_map(
+        3 => (i, any::<usize>(), 1..=255u8, any::<bool>()).prop_map(
             |(i, at, mask, fix_crc)| Mutation::FlipSection { i, at, mask, fix_crc }
         ),
         1 => any::<usize>().prop_map(|len| Mutation::Truncate { len }),
-        1 => (i.clone(), any::<usize>()).prop_map(|(i, j)| Mutation::SwapEntries { i, j }),
-        1 => (i.clone(), any::<usize>()).prop_map(|(i, j)| Mutation::SwapSections { i, j }),
+        1 => (i, any::<usize>()).prop_map(|(i, j)| Mutation::SwapEntries { i, j }),
+        1 => (i, any::<usize>()).prop_map(|(i, j)| Mutation::SwapSections { i, j }),
         2 => (i, any::<bool>(), any::<u64>(), -600..600i64, any::<bool>()).prop_map(
             |(i, length, to, near, anywhere)| Mutation::Rewrite { i, length, to, near, anywhere }
         ),
@@ -601,7 +601,7 @@ static MODELS: LazyLock<Vec<(String, Vec<u8>)>> = LazyLock::new(|| {
 
 /// The full open, as `Model::open` with checksums: every CRC, then every stored index and name.
 fn open_full(b: &[u8]) -> Result<Model, ModelError> {
-    Ok(Model::from_bundle(open_checked(b)?)?)
+    Model::from_bundle(open_checked(b)?)
 }
 
 /// The answers of `model` to a few queries: all its features, ids past them, non-finite values,
