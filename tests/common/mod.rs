@@ -3,6 +3,8 @@
 // Not every test binary uses every helper.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod layout;
+
 use axum::http::StatusCode;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

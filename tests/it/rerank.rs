@@ -4,7 +4,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
@@ -104,13 +104,14 @@ fn reranker_is_trained_stored_deterministic_and_applied() {
         }
     }
     // The scorers learn: reranked P@1 on held-out data is far above chance (1/374) and not
-    // below 80% of the tree's own (the figures for the decision are in bench/results).
+    // below 80% of the tree's own: 0.348 against 0.33 (the figures for the decision are in
+    // bench/results).
     let (p_tree, p_rr) = (
         p_at_1(&model, &test, &off),
         p_at_1(&model, &test, &PredictOptions::default()),
     );
     assert!(
-        p_rr > 0.8 * p_tree && p_rr > 0.1,
+        p_rr > 0.8 * p_tree && p_rr >= 0.335,
         "tree {p_tree}, reranked {p_rr}"
     );
 }

@@ -3,7 +3,7 @@
 //! the answers, and every bad input a text query can bring.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -1,7 +1,7 @@
 //! `xmc eval --truth --pred` on vendored data.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::xmc;
 use std::path::Path;

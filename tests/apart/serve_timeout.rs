@@ -1,11 +1,11 @@
 //! Requests that outlast `request_timeout_ms`, or whose client hangs up, through `app()` with
 //! `oneshot`. Tokio's clock is paused: while a load runs on its own thread the runtime has
 //! nothing to do, so the clock jumps to the next timer and the limit passes at once, whatever
-//! the machine's speed. A test binary of its own, because `xmc_inflight_requests` is one gauge
-//! per process.
+//! the machine's speed. Kept apart from the servers of `tests/it/`, because
+//! `xmc_inflight_requests` is one gauge per process.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
@@ -37,15 +37,15 @@ fn matcher_negatives_train_deterministically_and_change_the_classifiers() {
     let again = train_with(&train, &["max_leaf=40", "negatives=man"]);
     assert_eq!(again.trees, man.trees);
     assert_eq!(again.meta.version, man.meta.version);
-    // The model answers, well above chance (1/374) and not below 90% of the plain tree's P@1
-    // (the figures for the decision are in bench/results).
+    // The model answers, well above chance (1/374) and not below 90% of the plain tree's P@1:
+    // 0.362 against 0.33 on the test split (the figures for the decision are in bench/results).
     let opts = PredictOptions::default();
     let (p_plain, p_man) = (
         p_at_1(&open(&plain), &test, &opts),
         p_at_1(&open(&man), &test, &opts),
     );
     assert!(
-        p_man > 0.9 * p_plain && p_man > 0.1,
+        p_man > 0.9 * p_plain && p_man >= 0.35,
         "plain {p_plain}, man {p_man}"
     );
 }
@@ -77,15 +77,19 @@ fn matcher_negatives_reach_the_trees_of_defrag_and_bp_models() {
         common::load("Corel5k", "test"),
     );
     let opts = PredictOptions::default();
-    for base in [
-        &["max_leaf=40", "defrag=xy", "d0=8"][..],
-        &["bp=on", "bp_lambda=0.1", "bp_q=2", "max_leaf=40"][..],
+    // Each with its floor, 1 to 2 points below its P@1 on the test split (0.368 and 0.36).
+    for (base, floor) in [
+        (&["max_leaf=40", "defrag=xy", "d0=8"][..], 0.35),
+        (
+            &["bp=on", "bp_lambda=0.1", "bp_q=2", "max_leaf=40"][..],
+            0.345,
+        ),
     ] {
         let plain = train_with(&train, base);
         let with: Vec<&str> = base.iter().copied().chain(["negatives=man"]).collect();
         let man = train_with(&train, &with);
         assert_ne!(plain.meta.version, man.meta.version, "{base:?}");
         let p = p_at_1(&open(&man), &test, &opts);
-        assert!(p > 0.1, "{base:?}: P@1 {p}");
+        assert!(p >= floor, "{base:?}: P@1 {p}");
     }
 }

@@ -7,10 +7,10 @@
 // Helpers outside #[test] functions unwrap too; a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-use xmc::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
+use crate::common;
 
-const HEADER: usize = 64;
-const ENTRY: usize = 64;
+use common::layout::{ENTRY, HEADER, count, entry_at, get_u64, put_u64, reseal};
+use xmc::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
 
 fn sample() -> Vec<u8> {
     let ids: Vec<u32> = (0..100).collect();
@@ -24,36 +24,6 @@ fn sample() -> Vec<u8> {
     w.add_json("meta", &serde_json::json!({"name": "sample", "k": 5}))
         .unwrap();
     w.to_bytes().unwrap()
-}
-
-fn count(b: &[u8]) -> usize {
-    u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize
-}
-
-fn entry_at(i: usize) -> usize {
-    HEADER + i * ENTRY
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
-/// Recomputes the table CRC, header CRC, file length and footer CRC after an edit.
-fn reseal(b: &mut [u8]) {
-    let table_end = HEADER + count(b) * ENTRY;
-    let len = b.len() as u64;
-    put_u64(b, 24, len);
-    let table_crc = crc32fast::hash(&b[HEADER..table_end]);
-    b[56..60].copy_from_slice(&table_crc.to_le_bytes());
-    let header_crc = crc32fast::hash(&b[..60]);
-    b[60..64].copy_from_slice(&header_crc.to_le_bytes());
-    let meta_crc = crc32fast::hash(&b[..table_end]);
-    let f = b.len() - 16;
-    b[f..f + 4].copy_from_slice(&meta_crc.to_le_bytes());
 }
 
 fn open_err(b: &[u8]) -> FormatError {

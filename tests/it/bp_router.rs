@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{load, p_at_1, p_at_1_with, rechunk, train_with};
 use xmc::bundle::Bundle;
@@ -46,9 +46,9 @@ fn flat_blocks_route_to_one_block_and_score_only_its_labels() {
         assert_eq!(p.outputs_evaluated as usize, meta.q + cluster.len());
         assert_eq!(p.nodes_evaluated, 2);
     }
-    // The most frequent label alone scores about 0.13 on this split.
+    // The most frequent label alone scores about 0.13 on this split; this model scores 0.354.
     let p1 = p_at_1_with(&model, &test, &opts);
-    assert!(p1 > 0.2, "P@1 = {p1}");
+    assert!(p1 >= 0.34, "P@1 = {p1}");
     // Same data, config and seed: the same bundle.
     let again = train_with(&train, FLAT4);
     assert_eq!(again.meta.version, trained.meta.version);
@@ -109,7 +109,9 @@ fn one_block_is_the_top_labels_and_a_tree_block_model_works() {
     let p = model.predict(idx, val, &PredictOptions::default()).unwrap();
     assert_eq!(p.blocks, vec![0]);
     assert!(p.nodes_evaluated > 2, "a tree below the router");
-    assert!(p_at_1(&model, &test) > 0.2);
+    // It scores 0.358 on the test split.
+    let p1 = p_at_1(&model, &test);
+    assert!(p1 >= 0.34, "P@1 = {p1}");
 }
 
 #[test]
@@ -245,21 +247,22 @@ fn cross_validation_records_its_fold_scores() {
         // `within` is the tolerance test on every fold's loss.
         assert_eq!(p.within, p.worst_loss() <= cv.tolerance);
     }
-    // The chosen λ is the largest within tolerance when one is, and λ is tried from the largest
-    // down, so nothing below it was scored.
-    if let Some(largest) = cv.grid.iter().rev().find(|p| p.within).map(|p| p.lambda) {
-        assert_eq!(cv.chosen, largest);
-        assert!(
-            cv.grid.iter().all(|p| p.lambda >= cv.chosen),
-            "{:?}",
-            cv.grid
-        );
-        assert!(cv.grid.iter().filter(|p| p.within).count() == 1);
-    }
+    // Some λ is within tolerance on this data; the chosen λ is the largest such, and λ is tried
+    // from the largest down, so nothing below it was scored.
+    let largest = cv.grid.iter().rev().find(|p| p.within).map(|p| p.lambda);
+    let largest = largest.unwrap_or_else(|| panic!("no λ within tolerance: {:?}", cv.grid));
+    assert_eq!(cv.chosen, largest);
+    assert!(
+        cv.grid.iter().all(|p| p.lambda >= cv.chosen),
+        "{:?}",
+        cv.grid
+    );
+    assert!(cv.grid.iter().filter(|p| p.within).count() == 1);
     assert!(cv.grid.windows(2).all(|w| w[0].lambda < w[1].lambda));
     // Smaller λ keeps at least as many labels per query on average.
     let evals: Vec<f64> = cv.grid.iter().map(|p| p.evals_mean[0]).collect();
-    assert!(evals.first() >= evals.last(), "{evals:?}");
+    let (first, last) = (evals.first().unwrap(), evals.last().unwrap());
+    assert!(first >= last, "{evals:?}");
 }
 
 #[test]
@@ -283,11 +286,10 @@ fn the_default_lambda_choice_scores_one_held_out_fold() {
     }
     // The model without BP is trained once, so every λ compares against the same P@1.
     assert!(cv.grid.windows(2).all(|w| w[0].p1_full == w[1].p1_full));
-    // When some λ passes it is the chosen one, the smallest λ tried.
-    if cv.grid.iter().any(|p| p.within) {
-        assert_eq!(cv.grid[0].lambda, cv.chosen);
-        assert!(cv.grid[0].within);
-    }
+    // Some λ passes on this data, and it is the chosen one, the smallest λ tried.
+    assert!(cv.grid.iter().any(|p| p.within), "{:?}", cv.grid);
+    assert_eq!(cv.grid[0].lambda, cv.chosen);
+    assert!(cv.grid[0].within);
     // Same data, config and seed: the same bundle.
     let again = train_with(&train, &args);
     assert_eq!(again.meta.version, trained.meta.version);
@@ -345,5 +347,7 @@ fn plain_refrag_reranks_within_the_routed_block() {
         changed += usize::from(on.labels != base.labels);
     }
     assert!(changed > 0, "reranking changed no answer of 100");
-    assert!(p_at_1(&model, &test) > 0.2);
+    // It scores 0.34 on the test split.
+    let p1 = p_at_1(&model, &test);
+    assert!(p1 >= 0.325, "P@1 = {p1}");
 }

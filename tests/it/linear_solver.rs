@@ -221,15 +221,24 @@ fn an_empty_row_is_fine() {
     check_finite(&cols);
     // Feature 2 never occurs, so no column may weight it.
     assert!(cols.iter().all(|c| !c.indices.contains(&2)));
-    // Label 1's only positive is the empty row: only its bias can move, and the
-    // three other rows are negatives, so it stays below zero.
-    assert!(
-        cols[1]
-            .indices
-            .iter()
-            .zip(&cols[1].values)
-            .all(|(_, w)| *w <= 0.0)
-    );
+    // Label 1's only positive is the empty row, which only the bias scores: the bias rises to
+    // score it positive, and the weights fall below zero so that the three other rows, its
+    // negatives, still score below zero.
+    let c = &cols[1];
+    assert!(c.bias > 0.0, "{c:?}");
+    assert!(c.values.iter().all(|w| *w <= 0.0), "{c:?}");
+    let score = |row: &[(u32, f32)]| {
+        let w = |j: u32| {
+            c.indices
+                .iter()
+                .position(|&i| i == j)
+                .map_or(0.0, |at| c.values[at])
+        };
+        c.bias + row.iter().map(|&(j, v)| w(j) * v).sum::<f32>()
+    };
+    for row in [&[(0, 1.0)][..], &[(1, 1.0)], &[(0, 0.5), (1, 0.5)]] {
+        assert!(score(row) < 0.0, "{row:?}: {c:?}");
+    }
     // No rows at all: nothing to fit, a zero model.
     let none = tiny(&[], 4);
     let cols = linear::train_columns(&none, &[vec![]], &SolverParams::DEFAULT).unwrap();

@@ -341,7 +341,7 @@ fn bibtex_tree_groups_co_occurring_labels() {
     assert_eq!(tree, single);
 
     // Label pairs that co-occur on a point should share a leaf far more often than the
-    // (leaf size - 1) / (L - 1) ≈ 0.09 of a random balanced partition.
+    // (leaf size - 1) / (L - 1) ≈ 0.09 of a random balanced partition: 0.324 of them do.
     let leaf_of = tree.leaf_of_label();
     let (mut together, mut pairs) = (0usize, 0usize);
     for i in 0..ds.n_points() {
@@ -356,7 +356,7 @@ fn bibtex_tree_groups_co_occurring_labels() {
     let share = together as f64 / pairs as f64;
     println!("co-occurring label pairs sharing a leaf: {share:.3} of {pairs}");
     assert!(
-        share > 0.25,
+        share >= 0.31,
         "only {share:.3} of co-occurring pairs share a leaf"
     );
 

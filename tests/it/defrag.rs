@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{p_at_1_with as p_at_1, train_with};
 use xmc::bundle::Bundle;
@@ -44,9 +44,9 @@ fn defrag_model_is_balanced_smaller_and_still_learns() {
     let base = open(&plain).unwrap();
     let opts = PredictOptions::default();
     let (p_base, p_defrag) = (p_at_1(&base, &test, &opts), p_at_1(&model, &test, &opts));
-    // Corel5k's vendored copy is small; the agglomerated model must still learn (the plain
-    // model is about 0.3, chance is far below 0.05).
-    assert!(p_defrag > 0.15, "DEFRAG P@1 {p_defrag} (plain {p_base})");
+    // The agglomerated model still learns: it scores 0.374 on the test split (the plain model
+    // 0.33; chance is far below 0.05).
+    assert!(p_defrag >= 0.36, "DEFRAG P@1 {p_defrag} (plain {p_base})");
     for (rerank, impute) in [(false, false), (true, false), (false, true), (true, true)] {
         let o = PredictOptions {
             rerank: Some(rerank),

@@ -2,7 +2,7 @@
 //! request, and the ids file is what `xmc eval --pred` reads.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::xmc;
 use std::path::{Path, PathBuf};

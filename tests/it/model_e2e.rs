@@ -2,8 +2,9 @@
 // Helpers outside #[test] functions unwrap too: this is test code.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
+use common::layout::{entry_at, reseal};
 use common::{load, p_at_1, rechunk, train_with, vendored, xmc};
 use std::path::Path;
 use xmc::bundle::{Bundle, Dtype, OpenOptions};
@@ -22,8 +23,8 @@ fn tree_on_corel5k_learns_and_round_trips_through_the_bundle() {
     let model = Model::from_bundle(Bundle::from_bytes(&bytes).unwrap()).unwrap();
     assert_eq!(model.meta().n_labels, 374);
     let p1 = p_at_1(&model, &test);
-    // The most frequent label alone scores about 0.13 on this split; a trained tree does far better.
-    assert!(p1 > 0.2, "P@1 = {p1}");
+    // The most frequent label alone scores about 0.13 on this split; this tree scores 0.332.
+    assert!(p1 >= 0.32, "P@1 = {p1}");
 
     let q = test.feature_row(0);
     let p = model
@@ -99,12 +100,16 @@ fn an_ensemble_member_is_the_single_tree_of_its_seed() {
 fn ensemble_and_flat_models_predict() {
     let train = load("Corel5k", "train");
     let test = load("Corel5k", "test");
-    for overrides in [&["trees=2", "max_leaf=40"][..], &["model=flat"][..]] {
+    // Each with its floor, 1 to 2 points below its P@1 on the test split (0.362 and 0.338).
+    for (overrides, floor) in [
+        (&["trees=2", "max_leaf=40"][..], 0.35),
+        (&["model=flat"][..], 0.32),
+    ] {
         let trained = train_with(&train, overrides);
         let model =
             Model::from_bundle(Bundle::from_bytes(&trained.to_bytes().unwrap()).unwrap()).unwrap();
         let p1 = p_at_1(&model, &test);
-        assert!(p1 > 0.2, "{overrides:?}: P@1 = {p1}");
+        assert!(p1 >= floor, "{overrides:?}: P@1 = {p1}");
     }
 }
 
@@ -257,7 +262,8 @@ fn run_train_eval(dir: &Path, name: &str, train: &Path, test: &Path) {
         assert!(report.get(key).is_some(), "{name}: no `{key}` in {report}");
     }
     assert_eq!(report["n"], 500);
-    assert!(report["p@1"].as_f64().unwrap() > 0.2, "{name}: {report}");
+    // Each copy of the data gives the same model, which scores 0.33.
+    assert!(report["p@1"].as_f64().unwrap() >= 0.315, "{name}: {report}");
     // The held-out metrics were recorded at training time.
     let model = Model::open(&model, &OpenOptions::default()).unwrap();
     let heldout = model.meta().heldout.as_ref().unwrap();
@@ -357,8 +363,9 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
                 assert!(p.labels.len() <= 10);
             }
         }
-        if c == 6 {
-            assert!(model.label_names().is_none());
+        // The name section holds one name for 374 labels: unreadable, so served as absent.
+        if c == 7 {
+            assert!(model.label_names().is_none(), "corruption 7 gave names");
         }
     }
     // An intact model opens the same either way and answers identically.
@@ -373,6 +380,58 @@ fn a_structural_open_costs_no_entry_checks_and_corrupt_entries_cannot_crash_it()
             quick.predict(idx, val, &o).unwrap()
         );
     }
+}
+
+/// A label-name section that is not JSON at all (its checksum made right): the full open refuses
+/// it, while a structural open serves the model without names, and `verify()` reports them.
+#[test]
+fn an_unparsable_name_section_is_refused_in_full_and_absent_after_a_structural_open() {
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/tiny.txt");
+    let mut ds = data::read_xc_file(&tiny).unwrap();
+    data::l2_normalize_rows(&mut ds.features);
+    let names: Vec<String> = (0..ds.n_labels()).map(|l| format!("label {l}")).collect();
+    let cfg = TrainConfig::load(None, &["max_leaf=2".into()]).unwrap();
+    let inputs = TrainInputs {
+        label_names: Some(names.clone()),
+        ..TrainInputs::default()
+    };
+    let good = train::train(&ds, &cfg, inputs, &Quiet)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let bundle = Bundle::from_bytes(&good).unwrap();
+    let (entry, info) = (bundle.sections().iter().enumerate())
+        .find(|(_, s)| s.name == "label_names")
+        .unwrap();
+    let at = info.offset as usize..(info.offset + info.byte_len) as usize;
+    let mut bad = good.clone();
+    bad[at.clone()].fill(b'[');
+    let crc = crc32fast::hash(&bad[at]);
+    bad[entry_at(entry) + 36..entry_at(entry) + 40].copy_from_slice(&crc.to_le_bytes());
+    reseal(&mut bad);
+
+    let open = |b: &[u8], full: bool| {
+        let bundle = Bundle::from_bytes(b).unwrap();
+        bundle.verify_checksums().unwrap();
+        if full {
+            Model::from_bundle(bundle)
+        } else {
+            Model::from_bundle_structure(bundle)
+        }
+    };
+    let err = open(&bad, true).unwrap_err();
+    assert!(err.to_string().contains("label_names"), "{err}");
+    let (intact, model) = (open(&good, false).unwrap(), open(&bad, false).unwrap());
+    assert_eq!(intact.label_names().unwrap().len(), names.len());
+    assert!(model.label_names().is_none());
+    assert!(model.verify().is_err());
+    // It answers as the intact model does.
+    let (idx, val) = ds.feature_row(0);
+    let o = PredictOptions::default();
+    assert_eq!(
+        model.predict(idx, val, &o).unwrap(),
+        intact.predict(idx, val, &o).unwrap()
+    );
 }
 
 /// A binary tree stores its internal nodes' weights as rows; the same weights as entries give
