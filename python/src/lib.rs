@@ -10,7 +10,8 @@ mod convert;
 mod progress;
 
 use convert::{Csr, LabelLists};
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::IntoPyArray;
+use numpy::ndarray::Array2;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -334,9 +335,14 @@ impl Model {
                 scores[i * k + j] = *s;
             }
         }
-        let labels = PyArray1::from_vec(py, labels).reshape([n, k])?;
-        let scores = PyArray1::from_vec(py, scores).reshape([n, k])?;
-        Ok((labels.into_any(), scores.into_any()))
+        // Built as [n, k] arrays directly: no `reshape` call back into NumPy.
+        let shape_err = |e: numpy::ndarray::ShapeError| PyRuntimeError::new_err(e.to_string());
+        let labels = Array2::from_shape_vec((n, k), labels).map_err(shape_err)?;
+        let scores = Array2::from_shape_vec((n, k), scores).map_err(shape_err)?;
+        Ok((
+            labels.into_pyarray(py).into_any(),
+            scores.into_pyarray(py).into_any(),
+        ))
     }
 
     /// The names of the top `k` labels of every row of `X`, best first (a list of lists).
