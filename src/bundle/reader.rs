@@ -92,6 +92,11 @@ impl std::fmt::Debug for Bundle {
 }
 
 impl Bundle {
+    /// The whole bundle's bytes, as mapped (or copied): what writing them to a file gives back.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
     /// Maps the file at `path` read-only and validates its structure.
     ///
     /// The file must not be modified in place while it is open; bundles are replaced by renaming a

@@ -64,7 +64,7 @@ pub struct EvalArgs {
 }
 
 /// The cut-offs reported for `--k K`: 1, 3 and 5 always (so the standard keys exist), then K.
-fn cutoffs(k: usize) -> Vec<usize> {
+pub fn cutoffs(k: usize) -> Vec<usize> {
     let mut ks = vec![1, 3, 5];
     if k > 0 && !ks.contains(&k) {
         ks.push(k);

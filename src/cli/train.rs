@@ -7,10 +7,10 @@ use crate::data::{self, Dataset};
 use crate::model::evaluate::evaluate_model;
 use crate::model::{Model, PredictOptions};
 use crate::router::CvPoint;
-use crate::text::corpus::{fit_and_vectorize, vectorize_file};
+use crate::text::corpus::{TextTraining, fit_and_vectorize, vectorize_file};
 use crate::text::jsonl::{DataFormat, detect_format};
 use crate::text::{LabelMap, TextView};
-use crate::train::{self, Progress, Quiet, TrainInputs};
+use crate::train::{self, Progress, Quiet, TrainInputs, Trained};
 use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -148,6 +148,70 @@ pub fn load_for_model(
     }
 }
 
+/// The training inputs of XC data `ds`: its names, if known, and its statistics.
+pub fn xc_inputs(
+    ds: &Dataset,
+    label_names: Option<Vec<String>>,
+    feature_names: Option<Vec<String>>,
+) -> anyhow::Result<TrainInputs> {
+    Ok(TrainInputs {
+        label_names,
+        feature_names,
+        train_stats: serde_json::to_value(data::DataStats::of(ds))?,
+        text: None,
+    })
+}
+
+/// One line on a text fit: documents, terms, labels and the time it took.
+pub fn text_summary(t: &TextTraining) -> String {
+    let vectorize_s = t.corpus.seconds;
+    format!(
+        "text: {} documents, {} terms kept of {} seen, {} labels; fit {:.2} s, \
+         vectorize {:.2} s (fit + vectorize {:.2} s)",
+        t.corpus.dataset.n_points(),
+        t.fitted.meta.terms,
+        t.fitted.meta.terms_seen,
+        t.labels.len(),
+        t.fit_seconds,
+        vectorize_s,
+        t.fit_seconds + vectorize_s
+    )
+}
+
+/// The training set and inputs of a text fit: its rows, L2-normalized when `normalize` (as
+/// every query is), the label names and the vectorizer.
+pub fn text_inputs(t: TextTraining, normalize: bool) -> anyhow::Result<(Dataset, TrainInputs)> {
+    let mut ds = t.corpus.dataset;
+    if normalize {
+        data::l2_normalize_rows(&mut ds.features);
+    }
+    let inputs = TrainInputs {
+        label_names: Some(t.labels.names().to_vec()),
+        feature_names: None,
+        train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
+        text: Some(t.fitted),
+    };
+    Ok((ds, inputs))
+}
+
+/// The warning for a BP model whose cross-validation found no λ within the tolerance.
+pub fn bp_warning(trained: &Trained) -> Option<String> {
+    let cv = trained.meta.bp.as_ref()?.cv.as_ref()?;
+    if cv.grid.iter().any(|p| p.within) {
+        return None;
+    }
+    let worst = cv
+        .grid
+        .iter()
+        .find(|p| p.lambda == cv.chosen)
+        .map_or(f64::NAN, CvPoint::worst_loss);
+    Some(format!(
+        "warning: no bp_lambda kept the cross-validated P@1 loss within bp_tolerance = {:.4} \
+         on every fold; chose bp_lambda = {}, whose worst fold lost {:.4}",
+        cv.tolerance, cv.chosen, worst
+    ))
+}
+
 /// Runs `xmc train`.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let cfg = TrainConfig::load(args.config.as_deref(), &args.set)?;
@@ -157,12 +221,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let (ds, inputs) = match format {
         DataFormat::Xc => {
             let ds = load_data(&args.train, cfg.normalize)?;
-            let inputs = TrainInputs {
-                label_names: load_names(args.label_names.as_deref(), &args.train, "labels")?,
-                feature_names: load_names(args.feature_names.as_deref(), &args.train, "features")?,
-                train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
-                text: None,
-            };
+            let inputs = xc_inputs(
+                &ds,
+                load_names(args.label_names.as_deref(), &args.train, "labels")?,
+                load_names(args.feature_names.as_deref(), &args.train, "features")?,
+            )?;
             (ds, inputs)
         }
         DataFormat::Jsonl => {
@@ -174,30 +237,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             }
             let t = fit_and_vectorize(&args.train, &cfg.text)
                 .with_context(|| format!("reading {}", args.train.display()))?;
-            let mut ds = t.corpus.dataset;
-            // As for XC data: the rows go through the normalization every query goes through.
-            if cfg.normalize {
-                data::l2_normalize_rows(&mut ds.features);
-            }
-            let vectorize_s = t.corpus.seconds;
-            eprintln!(
-                "text: {} documents, {} terms kept of {} seen, {} labels; fit {:.2} s, \
-                 vectorize {:.2} s (fit + vectorize {:.2} s)",
-                ds.n_points(),
-                t.fitted.meta.terms,
-                t.fitted.meta.terms_seen,
-                t.labels.len(),
-                t.fit_seconds,
-                vectorize_s,
-                t.fit_seconds + vectorize_s
-            );
-            let inputs = TrainInputs {
-                label_names: Some(t.labels.names().to_vec()),
-                feature_names: None,
-                train_stats: serde_json::to_value(data::DataStats::of(&ds))?,
-                text: Some(t.fitted),
-            };
-            (ds, inputs)
+            eprintln!("{}", text_summary(&t));
+            text_inputs(t, cfg.normalize)?
         }
     };
     let read_s = start.elapsed().as_secs_f64();
@@ -207,19 +248,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mut trained = train::train(&ds, &cfg, inputs, progress)?;
     bars.finish();
     let train_s = start.elapsed().as_secs_f64();
-    if let Some(cv) = trained.meta.bp.as_ref().and_then(|bp| bp.cv.as_ref()) {
-        if !cv.grid.iter().any(|p| p.within) {
-            let worst = cv
-                .grid
-                .iter()
-                .find(|p| p.lambda == cv.chosen)
-                .map_or(f64::NAN, CvPoint::worst_loss);
-            eprintln!(
-                "warning: no bp_lambda kept the cross-validated P@1 loss within bp_tolerance = {:.4} \
-                 on every fold; chose bp_lambda = {}, whose worst fold lost {:.4}",
-                cv.tolerance, cv.chosen, worst
-            );
-        }
+    if let Some(warning) = bp_warning(&trained) {
+        eprintln!("{warning}");
     }
     trained
         .meta

@@ -15,17 +15,29 @@ pub fn predict_all(
     ds: &Dataset,
     options: &PredictOptions,
 ) -> Result<Vec<Prediction>, (usize, QueryError)> {
-    (0..ds.n_points())
-        .into_par_iter()
-        .map_init(Scratch::default, |scratch, i| {
-            let (idx, val) = ds.feature_row(i);
-            let mut out = Prediction::default();
+    let mut out = vec![Prediction::default(); ds.n_points()];
+    predict_rows(model, &mut out, |i| ds.feature_row(i), options)?;
+    Ok(out)
+}
+
+/// Predicts `out.len()` points on the current rayon pool, point `i` given by `row(i)` (feature
+/// ids and values), into `out[i]`, each thread with its own [`Scratch`]; on a bad point, its
+/// index and error. [`predict_all`] over rows that are not a [`Dataset`] (e.g. a caller's CSR
+/// arrays, read in place).
+pub fn predict_rows<'a>(
+    model: &Model,
+    out: &mut [Prediction],
+    row: impl Fn(usize) -> (&'a [u32], &'a [f32]) + Sync,
+    options: &PredictOptions,
+) -> Result<(), (usize, QueryError)> {
+    out.par_iter_mut()
+        .enumerate()
+        .try_for_each_init(Scratch::default, |scratch, (i, p)| {
+            let (idx, val) = row(i);
             model
-                .predict_into(idx, val, options, scratch, &mut out)
-                .map_err(|e| (i, e))?;
-            Ok(out)
+                .predict_into(idx, val, options, scratch, p)
+                .map_err(|e| (i, e))
         })
-        .collect()
 }
 
 /// Predicts every point of `ds` one at a time on the calling thread, feeds the metrics

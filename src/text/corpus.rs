@@ -6,6 +6,7 @@ use super::jsonl::{LineChunk, LineReader, Record, line_error, parse_line};
 use super::{TextConfig, TextScratch, TextStats, TextView, TokenScratch};
 use crate::data::{DataError, Dataset, SparseMatrix};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::path::Path;
 use std::time::Instant;
 
@@ -175,6 +176,37 @@ impl Counted {
     }
 }
 
+/// Counts documents `0..n` of a batch, numbered on from `total`'s, in a few contiguous ranges
+/// per thread (so that a slow range holds no thread idle), and appends them to `total` in order.
+/// `record(i)` parses document `i`.
+fn count_batch<'a>(
+    total: &mut Counted,
+    n: usize,
+    cfg: &TextConfig,
+    record: impl Fn(usize) -> Result<Record<'a>, DataError> + Sync,
+) -> Result<(), FitError> {
+    let base = u32::try_from(total.docs).map_err(|_| FitError::TooMany("documents"))?;
+    let keep = total.keep;
+    let ranges = 2 * rayon::current_num_threads().max(1);
+    let per = n.div_ceil(ranges).max(1);
+    let parts = (0..n.div_ceil(per))
+        .into_par_iter()
+        .map(|r| {
+            let mut part = Counted::new(keep);
+            let mut tokens = TokenScratch::default();
+            for i in r * per..n.min((r + 1) * per) {
+                let rec = record(i)?;
+                part.add(cfg, base.wrapping_add(i as u32), &rec, &mut tokens);
+            }
+            Ok(part)
+        })
+        .collect::<Result<Vec<Counted>, DataError>>()?;
+    for part in parts {
+        total.append(part);
+    }
+    Ok(())
+}
+
 /// Reads the JSONL file at `path` once, in chunks whose lines are parsed and tokenized in
 /// parallel, and counts its terms and labels. Every line needs `text` and `labels`.
 fn count_file(path: &Path, cfg: &TextConfig, keep: bool) -> Result<Counted, FitError> {
@@ -182,29 +214,15 @@ fn count_file(path: &Path, cfg: &TextConfig, keep: bool) -> Result<Counted, FitE
     let file = reader.file().to_string();
     let mut chunk = LineChunk::default();
     let mut total = Counted::new(keep);
-    // A few contiguous ranges of lines per thread, so that a slow range holds no thread idle.
-    let ranges = 2 * rayon::current_num_threads().max(1);
     while reader.next_chunk(&mut chunk, CHUNK_BYTES)? {
-        let base = u32::try_from(total.docs).map_err(|_| FitError::TooMany("documents"))?;
-        let n = chunk.len();
-        let per = n.div_ceil(ranges).max(1);
-        let parts = (0..n.div_ceil(per))
-            .into_par_iter()
-            .map(|r| {
-                let mut part = Counted::new(keep);
-                let mut tokens = TokenScratch::default();
-                for i in r * per..n.min((r + 1) * per) {
-                    let (no, line) = chunk.line(i).unwrap_or((0, &[]));
-                    let rec = parse_line(line, true).map_err(|p| line_error(&file, no, p))?;
-                    part.add(cfg, base.wrapping_add(i as u32), &rec, &mut tokens);
-                }
-                Ok(part)
-            })
-            .collect::<Result<Vec<Counted>, DataError>>()
-            .map_err(|e| first_error(&chunk, &file, true, e))?;
-        for part in parts {
-            total.append(part);
-        }
+        count_batch(&mut total, chunk.len(), cfg, |i| {
+            let (no, line) = chunk.line(i).unwrap_or((0, &[]));
+            parse_line(line, true).map_err(|p| line_error(&file, no, p))
+        })
+        .map_err(|e| match e {
+            FitError::Data(e) => FitError::Data(first_error(&chunk, &file, true, e)),
+            e => e,
+        })?;
     }
     if total.docs == 0 {
         return Err(FitError::NoDocuments(file));
@@ -361,7 +379,51 @@ pub struct TextTraining {
 /// every query.
 pub fn fit_and_vectorize(path: &Path, cfg: &TextConfig) -> Result<TextTraining, FitError> {
     let start = Instant::now();
-    let mut counted = count_file(path, cfg, true)?;
+    let counted = count_file(path, cfg, true)?;
+    vectorize_counted(counted, cfg, start)
+}
+
+/// [`fit_and_vectorize`] for documents held in memory: `texts[i]` with label names
+/// `labels[i]` is the document a JSONL line `{"text": .., "labels": [..]}` would be, so the same
+/// documents in a file and in memory give the same vectorizer, label ids and rows. Without
+/// `labels`, the label map is empty and the rows have no labels (the caller brings label ids).
+pub fn fit_and_vectorize_texts<S: AsRef<str> + Sync>(
+    texts: &[S],
+    labels: Option<&[Vec<S>]>,
+    cfg: &TextConfig,
+) -> Result<TextTraining, FitError> {
+    let start = Instant::now();
+    if texts.is_empty() {
+        return Err(FitError::NoDocuments("the texts".into()));
+    }
+    if let Some(labels) = labels {
+        if labels.len() != texts.len() {
+            return Err(FitError::LengthMismatch {
+                texts: texts.len(),
+                labels: labels.len(),
+            });
+        }
+    }
+    let mut counted = Counted::new(true);
+    count_batch(&mut counted, texts.len(), cfg, |i| {
+        Ok(Record {
+            text: Cow::Borrowed(texts.get(i).map_or("", AsRef::as_ref)),
+            labels: labels
+                .and_then(|l| l.get(i))
+                .map(|names| names.iter().map(|n| Cow::Borrowed(n.as_ref())).collect())
+                .unwrap_or_default(),
+        })
+    })?;
+    vectorize_counted(counted, cfg, start)
+}
+
+/// The rest of a text fit once the documents are counted: the label map and vocabulary are cut,
+/// then every document becomes a row.
+fn vectorize_counted(
+    mut counted: Counted,
+    cfg: &TextConfig,
+    start: Instant,
+) -> Result<TextTraining, FitError> {
     let (labels, label_of) = LabelMap::from_counts(std::mem::take(&mut counted.labels));
     let terms = std::mem::take(&mut counted.terms);
     let (fitted, feature_of) = Fitted::from_counts(terms, cfg, counted.docs)?;

@@ -36,6 +36,14 @@ pub enum FitError {
     /// The file has no document.
     #[error("{0}: the file holds no document")]
     NoDocuments(String),
+    /// Texts and label lists given in memory differ in number.
+    #[error("{texts} texts but {labels} label lists")]
+    LengthMismatch {
+        /// The number of texts.
+        texts: usize,
+        /// The number of label lists.
+        labels: usize,
+    },
     /// There are more documents or terms than 32-bit ids hold.
     #[error("too many {0} for 32-bit ids")]
     TooMany(&'static str),

@@ -212,6 +212,26 @@ impl LineReader {
     }
 }
 
+/// Every record of the JSONL file at `path`, owned: the texts, and each one's label names
+/// (empty for a line without `labels`, unless `need_labels` refuses such a line).
+pub fn read_records(
+    path: &Path,
+    need_labels: bool,
+) -> Result<(Vec<String>, Vec<Vec<String>>), DataError> {
+    let mut reader = LineReader::open(path)?;
+    let mut chunk = LineChunk::default();
+    let (mut texts, mut labels) = (Vec::new(), Vec::new());
+    while reader.next_chunk(&mut chunk, 8 << 20)? {
+        for (no, line) in (0..chunk.len()).filter_map(|i| chunk.line(i)) {
+            let rec =
+                parse_line(line, need_labels).map_err(|p| line_error(reader.file(), no, p))?;
+            texts.push(rec.text.into_owned());
+            labels.push(rec.labels.into_iter().map(Cow::into_owned).collect());
+        }
+    }
+    Ok((texts, labels))
+}
+
 /// The error for line `line` of `file`.
 pub fn line_error(file: &str, line: usize, problem: LineProblem) -> DataError {
     DataError::Line {
