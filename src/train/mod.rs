@@ -126,6 +126,7 @@ impl Trained {
             &self.label_counts,
             self.meta.config.weights,
         )?;
+        add_flat_orders(&mut w, &self.trees, self.meta.loss)?;
         add_defrag(&mut w, &self.defrag)?;
         if let Some(p) = &self.prototypes {
             add_rows(&mut w, input_prototype_section, &p.start, &p.idx, &p.val)?;
@@ -735,6 +736,23 @@ fn add_tree<'a>(
     } else {
         w.add_u32(&s("chunk.row_start"), &a.chunks.row_start)?;
         w.add_f32(&s("chunk.row_weight"), &a.chunks.row_weight)?;
+    }
+    Ok(())
+}
+
+/// Adds each flat tree's bias order ([`crate::tree::flat`]), by which it is scored through its
+/// postings (none for label trees, so their bundles are unchanged).
+fn add_flat_orders(
+    w: &mut BundleWriter<'_>,
+    trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
+    loss: crate::linear::Loss,
+) -> Result<(), FormatError> {
+    for (t, a) in trees.iter().enumerate().filter(|(_, a)| a.is_flat()) {
+        let order = crate::tree::flat::bias_order(&a.out_ids, &a.out_bias, loss);
+        w.add_u32_owned(
+            &crate::model::tree_section(t, crate::tree::flat::ORDER_SECTION),
+            order,
+        )?;
     }
     Ok(())
 }
