@@ -128,6 +128,8 @@ where
     /// empty or mis-sized order, or a root that stores rows takes the search itself.
     /// `outputs_evaluated` counts the labels scored (reached, then taken from the order) and
     /// `postings` the entries read.
+    // `early_stop_search`'s arguments plus the order, so that callers swap one for the other.
+    #[allow(clippy::too_many_arguments)]
     pub fn flat_search(
         &self,
         order: &[u32],
