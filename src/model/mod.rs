@@ -182,6 +182,11 @@ pub struct Model {
     bundle: Bundle,
     meta: ModelMeta,
     trees: Vec<MappedTree>,
+    /// Per tree, its bias order when it is flat and has one (else empty): see
+    /// [`crate::tree::flat`].
+    flat_orders: Vec<Section<u32>>,
+    /// Score flat trees by the scan over every label instead of their postings.
+    flat_scan: bool,
     bp: Option<MappedBp>,
     defrag: Vec<MappedDefrag>,
     ova: Option<MappedOva>,
@@ -259,6 +264,7 @@ impl Model {
                 .get(t)
                 .map_or(self.meta.n_features, |v| v.n_clusters());
             tree.validate(self.meta.n_labels, d)
+                .and_then(|()| tree.check_flat_order(&self.flat_orders[t], self.meta.loss, true))
                 .map_err(|source| ModelError::Tree { tree: t, source })?;
         }
         if let Some(bp) = &self.bp {
@@ -283,6 +289,7 @@ impl Model {
         let meta: ModelMeta = bundle.json(sections::META)?;
         meta.check()?;
         let mut trees = Vec::with_capacity(meta.trees);
+        let mut flat_orders = Vec::with_capacity(meta.trees);
         let bp = match &meta.bp {
             Some(bp) => Some(sections::load_bp(&bundle, &meta, bp, deep)?),
             None => None,
@@ -307,7 +314,11 @@ impl Model {
                 tree.validate_structure(meta.n_labels)
             }
             .map_err(|source| ModelError::Tree { tree: t, source })?;
+            let order = sections::load_flat_order(&bundle, t)?;
+            tree.check_flat_order(&order, meta.loss, deep)
+                .map_err(|source| ModelError::Tree { tree: t, source })?;
             trees.push(tree);
+            flat_orders.push(order);
         }
         let ova = sections::load_ova(&bundle, &meta, deep)?;
         let protos = sections::load_input_prototypes(&bundle, &meta, deep)?;
@@ -339,6 +350,8 @@ impl Model {
             bundle,
             meta,
             trees,
+            flat_orders,
+            flat_scan: false,
             bp,
             defrag,
             ova,
@@ -364,6 +377,19 @@ impl Model {
     /// The trees of the ensemble (empty for a BP model: see [`Model::bp`]).
     pub fn trees(&self) -> &[MappedTree] {
         &self.trees
+    }
+
+    /// Scores flat trees by the scan over every label (`true`) instead of through their
+    /// postings and bias order (`false`, the default). Both give the same answers to the bit;
+    /// the scan is the reference that comparisons and benchmarks interleave with.
+    pub fn set_flat_scan(&mut self, on: bool) {
+        self.flat_scan = on;
+    }
+
+    /// Tree `t`'s bias order ([`crate::tree::flat`]; empty for a label tree, or a flat tree
+    /// stored without one).
+    pub fn flat_order(&self, t: usize) -> &[u32] {
+        self.flat_orders.get(t).map_or(&[], |o| o)
     }
 
     /// The BP router and block models, when the model has them.
@@ -509,8 +535,13 @@ impl Model {
                 None => (&scratch.q_idx, &scratch.q_val),
             };
             scatter(&mut scratch.dense, qi, qv);
+            let order: &[u32] = match self.flat_orders.get(t) {
+                Some(order) if !self.flat_scan => order,
+                _ => &[],
+            };
             let stats = if options.early_stop {
-                tree.early_stop_search(qi, qv, &scratch.dense, loss, &limits, &mut scratch.search)
+                let (dense, search) = (&scratch.dense, &mut scratch.search);
+                tree.flat_search(order, qi, qv, dense, loss, &limits, search)
             } else {
                 tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)
             };

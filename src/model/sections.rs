@@ -32,6 +32,8 @@ pub enum Stage {
     Labels,
     /// A label tree's arrays: an ensemble member's, the BP router's or a BP block's.
     Tree,
+    /// A flat tree's bias order, by which it is scored through its postings.
+    Flat,
     /// The BP stage's own arrays besides its trees.
     Bp,
     /// DEFRAG's feature agglomeration and FIAT's scales.
@@ -105,6 +107,8 @@ pub const SECTIONS: &[SectionKind] = &[
     // `f32` rows, or bfloat16 pairs (format version 4).
     kind("{tree}.chunk.row_weight", F32, Stage::Tree),
     kind("{tree}.chunk.row_packed", U32, Stage::Tree),
+    // Only a flat tree's, and absent from flat trees written before the postings scorer.
+    kind("tree.{t}.flat.order", U32, Stage::Flat),
     kind("bp.{b}.labels", U32, Stage::Bp),
     kind("defrag.{t}.map", U32, Stage::Defrag),
     kind("defrag.{t}.sizes", U32, Stage::Defrag),
@@ -363,6 +367,31 @@ fn load_outs(bundle: &Bundle, name: &str) -> Result<MappedOuts, FormatError> {
 }
 
 /// The BP sections described by `bp`, validated: in full when `deep`, else their structure
+/// The section name of tree `t`'s bias order ([`crate::tree::flat`]).
+pub fn flat_order_section(t: usize) -> String {
+    tree_section(t, crate::tree::flat::ORDER_SECTION)
+}
+
+/// Adds each flat tree's bias order ([`crate::tree::flat`]), by which it is scored through its
+/// postings (none for label trees, so their bundles are unchanged).
+pub fn write_flat_orders(
+    w: &mut BundleWriter<'_>,
+    trees: &[TreeArrays<Vec<u32>, Vec<f32>>],
+    loss: crate::linear::Loss,
+) -> Result<(), FormatError> {
+    for (t, a) in trees.iter().enumerate().filter(|(_, a)| a.is_flat()) {
+        let order = crate::tree::flat::bias_order(&a.out_ids, &a.out_bias, loss);
+        w.add_u32_owned(&flat_order_section(t), order)?;
+    }
+    Ok(())
+}
+
+/// Tree `t`'s bias order, empty when the bundle has none (a label tree, or a flat tree written
+/// before the postings scorer); the tree checks it against its outputs.
+pub(super) fn load_flat_order(bundle: &Bundle, t: usize) -> Result<crate::bundle::Section<u32>, FormatError> {
+    bundle.u32s_or_empty(&flat_order_section(t))
+}
+
 /// (O(nodes + outputs), as for the trees).
 pub(super) fn load_bp(
     bundle: &Bundle,

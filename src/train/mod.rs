@@ -136,6 +136,7 @@ impl Trained {
             &self.label_counts,
             self.meta.config.weights,
         )?;
+        sections::write_flat_orders(&mut w, &self.trees, self.meta.loss)?;
         sections::write_defrag(&mut w, &self.defrag)?;
         if let Some(p) = &self.prototypes {
             sections::write_input_prototypes(&mut w, p)?;

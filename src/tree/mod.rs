@@ -10,6 +10,7 @@
 
 pub mod build;
 pub mod chunk;
+pub mod flat;
 pub mod freq;
 pub mod layout;
 pub mod train;

@@ -34,7 +34,7 @@
 //! per depth (so the worst case is the level-wise search's) and is reported, and so is a deadline
 //! that cut the search short; either breaks the exactness guarantee for that query.
 
-use super::chunk::{ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice};
+use super::chunk::{ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice, SparseAcc};
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -98,8 +98,10 @@ pub struct SearchScratch {
     level: Vec<(u32, f32)>,
     next: Vec<(u32, f32)>,
     frontier: BinaryHeap<Frontier>,
-    best: BinaryHeap<Ranked>,
+    pub(super) best: BinaryHeap<Ranked>,
     per_depth: Vec<u32>,
+    /// The flat scorer's sums over the outputs a query reaches ([`super::flat`]).
+    pub(super) reached: SparseAcc,
     /// The labels reached, each with its path log-probability.
     pub candidates: Vec<Candidate>,
 }
@@ -163,10 +165,30 @@ impl Ord for Frontier {
 /// A scored label, ordered so that the heap's top is the *worst* kept label: lower score, or on a
 /// tie the larger label id (the final ranking puts smaller ids first).
 #[derive(Clone, Copy, Debug)]
-struct Ranked {
-    logp: f32,
-    label: u32,
-    depth: u32,
+pub(super) struct Ranked {
+    pub(super) logp: f32,
+    pub(super) label: u32,
+    pub(super) depth: u32,
+}
+
+impl Ranked {
+    /// Offers `self` to `best`, the `k` best labels so far (`k` ≥ 1): kept when `best` has
+    /// room or `self` beats its worst.
+    #[inline]
+    pub(super) fn offer(self, best: &mut BinaryHeap<Ranked>, k: usize) {
+        if best.len() < k {
+            best.push(self);
+        } else if let Some(mut worst) = best.peek_mut() {
+            // Most labels fall below the worst kept, and one float comparison tells (the full
+            // order differs from it only for NaN and signed zeros, which it still decides).
+            if self.logp < worst.logp {
+                return;
+            }
+            if self < *worst {
+                *worst = self;
+            }
+        }
+    }
 }
 
 impl PartialEq for Ranked {
@@ -207,6 +229,8 @@ pub struct SearchStats {
     pub beam_capped: bool,
     /// The deadline passed and the search returned what it had.
     pub deadline_hit: bool,
+    /// Weight entries read by the flat scorer ([`TreeArrays::flat_search`]; 0 for the search).
+    pub postings: u32,
 }
 
 /// The limits of one early-stopping search.
@@ -438,19 +462,7 @@ where
                         label,
                         depth: depth + 1,
                     };
-                    if scratch.best.len() < k {
-                        scratch.best.push(cand);
-                    } else if let Some(mut worst) = scratch.best.peek_mut() {
-                        // Most labels fall below the worst kept, and one float comparison tells
-                        // (the full order differs from it only for NaN and signed zeros, which
-                        // it still decides).
-                        if cand.logp < worst.logp {
-                            continue;
-                        }
-                        if cand < *worst {
-                            *worst = cand;
-                        }
-                    }
+                    cand.offer(&mut scratch.best, k);
                 }
             } else {
                 let kth = if scratch.best.len() == k {

@@ -169,6 +169,9 @@ pub(super) trait EntryRun: Copy {
     /// `acc`. With at least [`OUT_SLOTS`] slots in `acc`, an output of 16 bits or fewer needs no
     /// bounds check per entry.
     fn add_range(self, a: usize, b: usize, x: f32, acc: &mut [f32]);
+    /// Calls `f` with the output and weight of each of entries `a..b`, in order (nothing for an
+    /// empty or out-of-bounds range).
+    fn for_range<G: FnMut(u32, f32)>(self, a: usize, b: usize, f: G);
     /// The largest output and the largest weight exponent bits (as in an `f32`) over entries
     /// `a..b`, both 0 when the range is empty or out of bounds. Branch-free, so it vectorizes.
     fn max_in(self, a: usize, b: usize) -> (u32, u32);
@@ -220,6 +223,16 @@ impl<T: Copy + Into<u32>> EntryRun for Split<'_, T> {
             if let Some(slot) = acc.get_mut(o as usize) {
                 *slot += w * x;
             }
+        }
+    }
+
+    #[inline]
+    fn for_range<G: FnMut(u32, f32)>(self, a: usize, b: usize, mut f: G) {
+        let (Some(outs), Some(weights)) = (self.outs.get(a..b), self.weights.get(a..b)) else {
+            return;
+        };
+        for (&o, &w) in outs.iter().zip(weights) {
+            f(o.into(), w);
         }
     }
 
@@ -279,6 +292,13 @@ impl EntryRun for Packed<'_> {
             if let Some(slot) = acc.get_mut((word >> 16) as usize) {
                 *slot += packed_weight(word) * x;
             }
+        }
+    }
+
+    #[inline]
+    fn for_range<G: FnMut(u32, f32)>(self, a: usize, b: usize, mut f: G) {
+        for &word in self.0.get(a..b).unwrap_or(&[]) {
+            f(word >> 16, packed_weight(word));
         }
     }
 

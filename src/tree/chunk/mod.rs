@@ -80,6 +80,7 @@
 mod entry;
 mod builder;
 mod layout;
+mod postings;
 mod score;
 mod validate;
 
@@ -89,4 +90,5 @@ mod tests;
 pub use builder::*;
 pub use entry::*;
 pub use layout::*;
+pub use postings::SparseAcc;
 use score::*;

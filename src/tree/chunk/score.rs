@@ -104,41 +104,11 @@ where
         if table.is_empty() {
             return;
         }
-        let slots = table.len() / 2;
-        let mask = slots - 1;
         let n_feats = (self.feat_start[node + 1] as usize).saturating_sub(start);
         let mut pos = [0usize; LOOKUP_BLOCK];
         let mut val = [0f32; LOOKUP_BLOCK];
         for (qi, qv) in q_idx.chunks(LOOKUP_BLOCK).zip(q_val.chunks(LOOKUP_BLOCK)) {
-            // Pass 1: load every home slot (independent loads, no branches between them).
-            let mut home_slot = [(0u32, 0u32, 0usize); LOOKUP_BLOCK];
-            for (k, &f) in qi.iter().enumerate() {
-                let h = home(f, mask);
-                home_slot[k] = (table[2 * h], table[2 * h + 1], h);
-            }
-            // Pass 2: settle each probe, walking on only after a collision.
-            let mut found = 0;
-            for (k, (&f, &x)) in qi.iter().zip(qv).enumerate() {
-                let (mut key, mut at, mut h) = home_slot[k];
-                // A valid table always has a free slot; the bound keeps a corrupt one (opened
-                // without the O(weights) checks) from looping.
-                for _ in 0..slots {
-                    if key == f {
-                        if (at as usize) < n_feats {
-                            pos[found] = at as usize;
-                            val[found] = x;
-                            found += 1;
-                        }
-                        break;
-                    }
-                    if key == EMPTY {
-                        break;
-                    }
-                    h = (h + 1) & mask;
-                    key = table[2 * h];
-                    at = table[2 * h + 1];
-                }
-            }
+            let found = hash_find(table, n_feats, qi, qv, &mut pos, &mut val);
             self.add_found(start, rows, &pos[..found], &val[..found], acc);
         }
     }
@@ -307,6 +277,52 @@ pub(super) fn rank_find(
         // A corrupt count (possible only when opened without the O(weights) checks) could
         // point past the node's features; such a lookup finds nothing.
         found += (((word >> (r % 64)) & 1) == 1 && p < n_feats) as usize;
+    }
+    found
+}
+
+/// Looks the query features `qi` (values `qv`, at most [`LOOKUP_BLOCK`]) up in a node's hash
+/// `table` (not empty), writing the position and value of each one the node holds to `pos` and
+/// `val`, and returns how many it found, in query order.
+#[inline]
+pub(super) fn hash_find(
+    table: &[u32],
+    n_feats: usize,
+    qi: &[u32],
+    qv: &[f32],
+    pos: &mut [usize; LOOKUP_BLOCK],
+    val: &mut [f32; LOOKUP_BLOCK],
+) -> usize {
+    let slots = table.len() / 2;
+    let mask = slots - 1;
+    // Pass 1: load every home slot (independent loads, no branches between them).
+    let mut home_slot = [(0u32, 0u32, 0usize); LOOKUP_BLOCK];
+    for (k, &f) in qi.iter().enumerate() {
+        let h = home(f, mask);
+        home_slot[k] = (table[2 * h], table[2 * h + 1], h);
+    }
+    // Pass 2: settle each probe, walking on only after a collision.
+    let mut found = 0;
+    for (k, (&f, &x)) in qi.iter().zip(qv).enumerate() {
+        let (mut key, mut at, mut h) = home_slot[k];
+        // A valid table always has a free slot; the bound keeps a corrupt one (opened without
+        // the O(weights) checks) from looping.
+        for _ in 0..slots {
+            if key == f {
+                if (at as usize) < n_feats {
+                    pos[found] = at as usize;
+                    val[found] = x;
+                    found += 1;
+                }
+                break;
+            }
+            if key == EMPTY {
+                break;
+            }
+            h = (h + 1) & mask;
+            key = table[2 * h];
+            at = table[2 * h + 1];
+        }
     }
     found
 }

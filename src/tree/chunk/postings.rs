@@ -1,0 +1,152 @@
+//! Scoring a wide node through the query's postings only: the chunk read as an inverted index.
+//!
+//! [`Chunks::score`] writes every output's slot: the caller copies all biases in, and reads all
+//! outputs back. For a node with many outputs (a flat model's single leaf holds every label) that
+//! per-output pass costs more than the postings a query reaches. [`Chunks::add_postings`]
+//! instead accumulates into a [`SparseAcc`], which starts an output's slot at its bias the first
+//! time one of the query's features reaches it and lists the outputs reached. The sums are the
+//! same to the bit: each reached output starts at its bias and adds `w · x` per found feature in
+//! query order, as [`Chunks::score`] does, and an output never reached scores its bias.
+
+use super::*;
+
+/// Per-output sums that only the outputs a query reaches pay for: a slot and a generation stamp
+/// per output, and the list of outputs reached in this generation. Warm, it allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct SparseAcc {
+    acc: Vec<f32>,
+    stamp: Vec<u32>,
+    generation: u32,
+    touched: Vec<u32>,
+}
+
+impl SparseAcc {
+    /// Starts a query over a node of `n` outputs: no output is reached yet. O(1) once the
+    /// buffers have `n` slots (O(n) when they grow, and once per 2^32 queries).
+    pub fn start(&mut self, n: usize) {
+        if self.stamp.len() < n {
+            self.stamp.resize(n, 0);
+            self.acc.resize(n, 0.0);
+        }
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.stamp.iter_mut().for_each(|s| *s = 0);
+            self.generation = 1;
+        }
+        self.touched.clear();
+    }
+
+    /// Adds `w · x` to output `o`'s sum, first setting it to `bias[o]` if this query has not
+    /// reached `o` yet. An output without a bias (past the node's outputs: only a corrupt entry
+    /// can name one) is skipped.
+    #[inline]
+    fn add(&mut self, o: u32, w: f32, x: f32, bias: &[f32]) {
+        let o = o as usize;
+        let (Some(stamp), Some(slot), Some(&b)) =
+            (self.stamp.get_mut(o), self.acc.get_mut(o), bias.get(o))
+        else {
+            return;
+        };
+        if *stamp != self.generation {
+            *stamp = self.generation;
+            *slot = b;
+            self.touched.push(o as u32);
+        }
+        *slot += w * x;
+    }
+
+    /// Whether this query reached output `o`.
+    #[inline]
+    pub fn reached(&self, o: usize) -> bool {
+        self.stamp.get(o) == Some(&self.generation)
+    }
+
+    /// The outputs this query reached, each once, in the order first reached.
+    pub fn touched(&self) -> &[u32] {
+        &self.touched
+    }
+
+    /// Output `o`'s sum (meaningful only when [`SparseAcc::reached`]).
+    #[inline]
+    pub fn sum(&self, o: usize) -> f32 {
+        self.acc.get(o).copied().unwrap_or(0.0)
+    }
+}
+
+impl<U, F, O> Chunks<U, F, O>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
+{
+    /// Calls `f(a, b, x)` with the entry range `a..b` and the query value `x` of each query
+    /// feature that node `node` holds, in query order, looked up in the node's rank index or
+    /// hash table.
+    #[inline]
+    fn for_found(
+        &self,
+        node: usize,
+        q_idx: &[u32],
+        q_val: &[f32],
+        mut f: impl FnMut(usize, usize, f32),
+    ) {
+        let (Some(&a), Some(&b)) = (self.feat_start.get(node), self.feat_start.get(node + 1))
+        else {
+            return;
+        };
+        let start = a as usize;
+        let n_feats = (b as usize).saturating_sub(start);
+        let blocks = self.rank_blocks(node);
+        let table = match (self.hash_start.get(node), self.hash_start.get(node + 1)) {
+            (Some(&h0), Some(&h1)) => self.hash.get(h0 as usize..h1 as usize).unwrap_or(&[]),
+            _ => &[],
+        };
+        if blocks.is_empty() && table.is_empty() {
+            return;
+        }
+        let mut pos = [0usize; LOOKUP_BLOCK];
+        let mut val = [0f32; LOOKUP_BLOCK];
+        for (qi, qv) in q_idx.chunks(LOOKUP_BLOCK).zip(q_val.chunks(LOOKUP_BLOCK)) {
+            let found = if blocks.is_empty() {
+                hash_find(table, n_feats, qi, qv, &mut pos, &mut val)
+            } else {
+                rank_find(blocks, n_feats, qi, qv, &mut pos, &mut val)
+            };
+            for (&p, &x) in pos[..found].iter().zip(&val[..found]) {
+                if let Some(&[ea, eb]) = self.entry_start.get(start + p..start + p + 2) {
+                    f(ea as usize, eb as usize, x);
+                }
+            }
+        }
+    }
+
+    /// The number of node `node`'s entries (postings) over the query's features.
+    pub fn count_postings(&self, node: usize, q_idx: &[u32], q_val: &[f32]) -> usize {
+        let mut n = 0;
+        self.for_found(node, q_idx, q_val, |a, b, _| n += b.saturating_sub(a));
+        n
+    }
+
+    /// Adds node `node`'s entries for the query's features to `acc`, whose outputs start at
+    /// `bias` (one per output). The node must store entries, not rows ([`Chunks::has_rows`]);
+    /// a row node adds nothing. Features are looked up in the node's rank index or hash table,
+    /// in query order, so every output's sum is the one [`Chunks::score`] leaves in its slot.
+    pub fn add_postings(
+        &self,
+        node: usize,
+        q_idx: &[u32],
+        q_val: &[f32],
+        bias: &[f32],
+        acc: &mut SparseAcc,
+    ) {
+        if self.has_rows(node) {
+            return;
+        }
+        with_entries!(self.entries(), |e| self.for_found(
+            node,
+            q_idx,
+            q_val,
+            |a, b, x| { e.for_range(a, b, |o, w| acc.add(o, w, x, bias)) }
+        ));
+    }
+}

@@ -1,0 +1,433 @@
+//! The flat scorer: a one-vs-all model answered like an inverted index.
+//!
+//! A flat model is a tree whose root is its only leaf, so [`TreeArrays::early_stop_search`]
+//! scores it by copying every label's bias, adding the query's postings, and ranking all L
+//! labels: O(L) per query whatever the query. Its chunk is already feature-major (per feature, a
+//! run of `(label, weight)` entries, an inverted index), so [`TreeArrays::flat_search`] reads only
+//! the query's postings into a [`SparseAcc`], ranks the labels they reach, and takes the rest
+//! from the **bias order**: every label ranked by its bias alone. A label no posting reaches
+//! scores exactly its bias, so the best unreached labels are the first unreached ones in that
+//! order, and the walk stops once they can no longer enter the top k. The cost is
+//! O(postings + reached + k), not O(L). A query whose postings outnumber a quarter of the labels
+//! ([`SCAN_SHARE`]) is scanned instead: there the per-label pass costs less than the sparse
+//! sums' bookkeeping per posting.
+//!
+//! **Why the answers are the scan's to the bit.** A reached label's sum starts at its bias and
+//! adds `w · x` per found feature in query order, as the scan's slot does
+//! ([`crate::tree::chunk`]'s `postings` module); every label's log-probability is computed by the
+//! same expression as the search's (`0 + score_to_log_prob`); and the candidates are kept by the
+//! same size-k selection under the same order (higher log-probability, then smaller label id).
+//! The bias order is sorted by that very key, computed by that very expression, so walking it
+//! meets the unreached labels in ranking order, and no monotonicity of the link is assumed.
+//!
+//! The order is stored per flat tree as section `{prefix}.flat.order` (one output position per
+//! label, `u32`). A bundle without it (written before it, or a BP router or block, which do not
+//! store one) is scored by the scan. At the structural open only its length is checked (O(1));
+//! the verified open checks, in one pass, that it is a permutation sorted by the key. A corrupt
+//! order, opened without the verified checks, can only give wrong answers.
+
+use super::chunk::EntryOuts;
+use super::view::{Ranked, SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError};
+use crate::linear::{Loss, score_to_log_prob};
+use std::cmp::Ordering;
+use std::time::Instant;
+
+/// A query with more postings than the labels over this is scored by the scan.
+pub const SCAN_SHARE: usize = 4;
+
+/// The suffix of a flat tree's bias-order section: `{prefix}.flat.order`.
+pub const ORDER_SECTION: &str = "flat.order";
+
+/// A flat output's log-probability, by the expression the search uses for a leaf under the root
+/// (the root's path log-probability 0 plus the link), so that the stored order and the queries
+/// agree to the bit (it also turns a link's −0 into +0, as the search does).
+#[inline]
+fn log_prob(loss: Loss, s: f32) -> f32 {
+    0.0 + score_to_log_prob(loss, s)
+}
+
+/// The ranking order of `(log-probability, label)`: higher log-probability first, then the
+/// smaller label id.
+#[inline]
+fn rank(a: (f32, u32), b: (f32, u32)) -> Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
+}
+
+/// The bias order of a flat tree's outputs (`out_ids`, `out_bias`): every output position,
+/// ranked by the log-probability of its bias alone under `loss`, ties to the smaller label id.
+pub fn bias_order(out_ids: &[u32], out_bias: &[f32], loss: Loss) -> Vec<u32> {
+    let keys: Vec<(f32, u32)> = out_ids
+        .iter()
+        .zip(out_bias)
+        .map(|(&l, &b)| (log_prob(loss, b), l))
+        .collect();
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    // Label ids are distinct, so the order is total and the sort's stability does not matter.
+    order.sort_unstable_by(|&a, &b| rank(keys[a as usize], keys[b as usize]));
+    order
+}
+
+impl<U, F, O> TreeArrays<U, F, O>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
+{
+    /// Whether the tree is flat: its root is its only node, a leaf.
+    pub fn is_flat(&self) -> bool {
+        self.n_nodes() == 1 && self.is_leaf(0)
+    }
+
+    /// Checks a stored bias order against the tree (an empty one stands for none): a flat tree
+    /// and one position per output; with `deep`, also that it is a permutation ranked as
+    /// [`bias_order`] ranks under `loss`. Call after the tree's own validation.
+    pub fn check_flat_order(
+        &self,
+        order: &[u32],
+        loss: Loss,
+        deep: bool,
+    ) -> Result<(), TreeViewError> {
+        if order.is_empty() {
+            return Ok(());
+        }
+        let bad = |what: String| Err(TreeViewError::Structure { node: 0, what });
+        if !self.is_flat() {
+            return bad("a bias order is stored for a tree that is not flat".into());
+        }
+        let (ids, n) = (self.outputs(0), self.outputs(0).len());
+        if order.len() != n {
+            return Err(TreeViewError::Length {
+                array: ORDER_SECTION,
+                found: order.len(),
+                expected: n,
+            });
+        }
+        if !deep {
+            return Ok(());
+        }
+        let mut seen = vec![false; n];
+        let mut prev: Option<(f32, u32)> = None;
+        for &p in order {
+            match seen.get_mut(p as usize) {
+                None => return bad(format!("bias order: position {p} is not below {n}")),
+                Some(true) => return bad(format!("bias order: position {p} appears twice")),
+                Some(s) => *s = true,
+            }
+            let key = (log_prob(loss, self.out_bias[p as usize]), ids[p as usize]);
+            if prev.is_some_and(|q| rank(q, key) != Ordering::Less) {
+                return bad(format!("bias order: position {p} is out of rank"));
+            }
+            prev = Some(key);
+        }
+        Ok(())
+    }
+
+    /// [`TreeArrays::early_stop_search`] for a flat tree with its bias `order`
+    /// ([`bias_order`]), reading only the query's postings (see the module docs): the same
+    /// candidates, with the same log-probabilities to the bit. A tree that is not flat, an
+    /// empty or mis-sized order, or a root that stores rows takes the search itself.
+    /// `outputs_evaluated` counts the labels scored (reached, then taken from the order) and
+    /// `postings` the entries read.
+    // `early_stop_search`'s arguments plus the order, so that callers swap one for the other.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flat_search(
+        &self,
+        order: &[u32],
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        limits: &SearchLimits,
+        scratch: &mut SearchScratch,
+    ) -> SearchStats {
+        let n = self.out_ids.len();
+        if order.len() != n || n == 0 || !self.is_flat() || self.chunks.has_rows(0) {
+            return self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
+        }
+        let k = limits.k.max(1);
+        let mut stats = SearchStats::default();
+        scratch.candidates.clear();
+        scratch.best.clear();
+        // The search looks at the clock before its first node.
+        if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            stats.deadline_hit = true;
+            return stats;
+        }
+        // A query whose postings cover much of the label set is cheaper to scan: the scan adds
+        // a posting in a tight loop and pays one pass over the labels, where the sparse sums
+        // pay a stamp check per posting (the share is measured by `benches/flat.rs`).
+        let postings = self.chunks.count_postings(0, q_idx, q_val);
+        if postings > n / SCAN_SHARE {
+            let mut stats = self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
+            stats.postings = postings as u32;
+            return stats;
+        }
+        let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
+        let depth = self.depth(0) + 1;
+        let reached = &mut scratch.reached;
+        reached.start(n);
+        self.chunks.add_postings(0, q_idx, q_val, bias, reached);
+        for &o in reached.touched() {
+            let o = o as usize;
+            Ranked {
+                logp: log_prob(loss, reached.sum(o)),
+                label: ids[o],
+                depth,
+            }
+            .offer(&mut scratch.best, k);
+        }
+        // The unreached labels in ranking order: once one is not kept, none after it can be.
+        let mut from_order = 0u32;
+        for &o in order {
+            let o = o as usize;
+            if reached.reached(o) {
+                continue;
+            }
+            let (Some(&label), Some(&b)) = (ids.get(o), bias.get(o)) else {
+                continue;
+            };
+            let cand = Ranked {
+                logp: log_prob(loss, b),
+                label,
+                depth,
+            };
+            from_order += 1;
+            if scratch.best.len() == k && scratch.best.peek().is_some_and(|worst| cand >= *worst) {
+                break;
+            }
+            cand.offer(&mut scratch.best, k);
+        }
+        stats.nodes_evaluated = 1;
+        stats.outputs_evaluated = reached.touched().len() as u32 + from_order;
+        stats.postings = postings as u32;
+        scratch
+            .candidates
+            .extend(scratch.best.iter().map(|r| (r.label, r.logp, r.depth)));
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::chunk::{ChunksBuilder, IndexChoice, RowChoice, pack_entries};
+    use crate::tree::view::SearchScratch;
+    use proptest::prelude::*;
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    const DIM: usize = 60;
+
+    /// Values from a small set, negatives included, so that sums and biases tie often.
+    fn pick(rng: &mut ChaCha8Rng, set: &[f32]) -> f32 {
+        set[rng.random_range(0..set.len())]
+    }
+
+    /// A random flat model: `n` labels, each over a random sparse set of features (some labels
+    /// over none), weights and biases from small sets with negatives, stored with `index`, as
+    /// entries, packed as bfloat16 when `packed`.
+    fn random_flat(
+        n: usize,
+        seed: u64,
+        index: IndexChoice,
+        packed: bool,
+    ) -> TreeArrays<Vec<u32>, Vec<f32>> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let density = rng.random_range(1..12);
+        let mut cols: Vec<(Vec<u32>, Vec<f32>)> = Vec::new();
+        let mut out_bias = Vec::new();
+        for _ in 0..n {
+            let idx: Vec<u32> = (0..DIM as u32)
+                .filter(|_| rng.random_range(0..40) < density)
+                .collect();
+            let val = idx
+                .iter()
+                .map(|_| pick(&mut rng, &[-2.0, -0.5, -0.25, 0.25, 0.5, 1.0, 3.0]))
+                .collect();
+            cols.push((idx, val));
+            out_bias.push(pick(&mut rng, &[-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]));
+        }
+        let mut chunks = ChunksBuilder::new();
+        chunks
+            .push_node_as(
+                cols.iter().map(|(i, v)| (&i[..], &v[..])),
+                index,
+                RowChoice::Entries,
+            )
+            .unwrap();
+        if packed {
+            chunks.entry_packed = pack_entries(&chunks.entry_out, &chunks.entry_weight).unwrap();
+            chunks.entry_out = Vec::new();
+            chunks.entry_weight = Vec::new();
+        }
+        TreeArrays {
+            node_info: vec![1],
+            out_start: vec![0, n as u32],
+            out_ids: (0..n as u32).collect(),
+            out_bias,
+            chunks,
+        }
+    }
+
+    /// A random sparse query with negative values: sorted ids, values, and its dense copy.
+    fn random_query(seed: u64) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let keep = rng.random_range(1..20);
+        let idx: Vec<u32> = (0..DIM as u32 + 5)
+            .filter(|_| rng.random_range(0..40) < keep)
+            .collect();
+        let val: Vec<f32> = idx
+            .iter()
+            .map(|_| pick(&mut rng, &[-1.0, -0.5, 0.25, 0.5, 1.0, 0.3]))
+            .collect();
+        let mut dense = vec![0.0; DIM + 5];
+        for (&i, &v) in idx.iter().zip(&val) {
+            dense[i as usize] = v;
+        }
+        (idx, val, dense)
+    }
+
+    /// Candidates in ranking order, scores as bits.
+    fn ranked(c: &[(u32, f32, u32)]) -> Vec<(u32, u32, u32)> {
+        let mut c = c.to_vec();
+        c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        c.into_iter().map(|(l, s, d)| (l, s.to_bits(), d)).collect()
+    }
+
+    fn loss_of(i: u8) -> Loss {
+        [Loss::SquaredHinge, Loss::Logistic, Loss::Hinge][usize::from(i % 3)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The flat scorer returns the scan's candidates: the same labels, log-probabilities
+        /// equal to the bit, for any k, loss, index and entry layout, with negative weights,
+        /// negative query values and many ties.
+        #[test]
+        fn flat_search_equals_the_scan(
+            n in 1usize..400,
+            k in 1usize..25,
+            loss in any::<u8>(),
+            hash in any::<bool>(),
+            packed in any::<bool>(),
+            model_seed in any::<u64>(),
+            query_seed in any::<u64>(),
+        ) {
+            let index = if hash { IndexChoice::Hash } else { IndexChoice::Rank };
+            let tree = random_flat(n, model_seed, index, packed);
+            let loss = loss_of(loss);
+            let order = bias_order(&tree.out_ids, &tree.out_bias, loss);
+            prop_assert!(tree.check_flat_order(&order, loss, true).is_ok());
+            let (qi, qv, dense) = random_query(query_seed);
+            let limits = SearchLimits { k, beam: usize::MAX, deadline: None };
+            let mut s = SearchScratch::default();
+            let scan = tree.early_stop_search(&qi, &qv, &dense, loss, &limits, &mut s);
+            let want = ranked(&s.candidates);
+            // Twice with one scratch: the second query reuses the stamps.
+            for _ in 0..2 {
+                let flat = tree.flat_search(&order, &qi, &qv, &dense, loss, &limits, &mut s);
+                prop_assert_eq!(ranked(&s.candidates), want.clone());
+                prop_assert_eq!(flat.nodes_evaluated, scan.nodes_evaluated);
+                prop_assert!(flat.outputs_evaluated as usize <= n);
+                prop_assert!(!flat.early_stopped && !flat.deadline_hit && !flat.beam_capped);
+            }
+        }
+    }
+
+    #[test]
+    fn labels_no_posting_reaches_come_from_the_bias_order() {
+        let tree = random_flat(2000, 3, IndexChoice::Rank, false);
+        let loss = Loss::SquaredHinge;
+        let order = bias_order(&tree.out_ids, &tree.out_bias, loss);
+        // One feature: only its postings and the k best biases are scored.
+        let (qi, qv) = (vec![7u32], vec![0.5f32]);
+        let mut dense = vec![0.0; DIM];
+        dense[7] = 0.5;
+        let limits = SearchLimits {
+            k: 5,
+            beam: usize::MAX,
+            deadline: None,
+        };
+        let mut s = SearchScratch::default();
+        let stats = tree.flat_search(&order, &qi, &qv, &dense, loss, &limits, &mut s);
+        let got = ranked(&s.candidates);
+        let scan = tree.early_stop_search(&qi, &qv, &dense, loss, &limits, &mut s);
+        assert_eq!(got, ranked(&s.candidates));
+        assert_eq!(scan.outputs_evaluated, 2000);
+        let postings = stats.postings as usize;
+        assert!(postings > 0);
+        if postings <= 2000 / SCAN_SHARE {
+            assert!(stats.outputs_evaluated as usize <= postings + limits.k + 1);
+        } else {
+            assert_eq!(stats.outputs_evaluated, 2000);
+        }
+    }
+
+    #[test]
+    fn a_passed_deadline_returns_nothing_as_the_search_does() {
+        let tree = random_flat(50, 1, IndexChoice::Rank, false);
+        let order = bias_order(&tree.out_ids, &tree.out_bias, Loss::Logistic);
+        let (qi, qv, dense) = random_query(2);
+        let limits = SearchLimits {
+            k: 3,
+            beam: usize::MAX,
+            deadline: Some(Instant::now()),
+        };
+        let mut s = SearchScratch::default();
+        let stats = tree.flat_search(&order, &qi, &qv, &dense, Loss::Logistic, &limits, &mut s);
+        assert!(stats.deadline_hit && s.candidates.is_empty());
+    }
+
+    #[test]
+    fn a_bad_bias_order_is_refused() {
+        let tree = random_flat(30, 5, IndexChoice::Hash, false);
+        let loss = Loss::SquaredHinge;
+        let order = bias_order(&tree.out_ids, &tree.out_bias, loss);
+        assert!(tree.check_flat_order(&order, loss, true).is_ok());
+        assert!(tree.check_flat_order(&[], loss, true).is_ok());
+        // A wrong length fails even the structural check.
+        assert!(matches!(
+            tree.check_flat_order(&order[1..], loss, false),
+            Err(TreeViewError::Length { .. })
+        ));
+        // Out of rank, a repeated position and one past the outputs fail the deep check only.
+        let mut swapped = order.clone();
+        swapped.swap(0, 29);
+        let mut repeated = order.clone();
+        repeated[3] = repeated[4];
+        let mut past = order.clone();
+        past[0] = 30;
+        for bad in [swapped, repeated, past] {
+            assert!(tree.check_flat_order(&bad, loss, false).is_ok());
+            assert!(matches!(
+                tree.check_flat_order(&bad, loss, true),
+                Err(TreeViewError::Structure { .. })
+            ));
+            // Scoring with it cannot panic.
+            let (qi, qv, dense) = random_query(9);
+            let limits = SearchLimits {
+                k: 4,
+                beam: usize::MAX,
+                deadline: None,
+            };
+            tree.flat_search(
+                &bad,
+                &qi,
+                &qv,
+                &dense,
+                loss,
+                &limits,
+                &mut SearchScratch::default(),
+            );
+        }
+    }
+
+    #[test]
+    fn an_order_on_a_tree_that_is_not_flat_is_refused() {
+        let mut tree = random_flat(4, 5, IndexChoice::Hash, false);
+        tree.node_info = vec![0];
+        let order = bias_order(&tree.out_ids, &tree.out_bias, Loss::Hinge);
+        assert!(tree.check_flat_order(&order, Loss::Hinge, false).is_err());
+    }
+}
