@@ -388,7 +388,10 @@ pub fn write_flat_orders(
 
 /// Tree `t`'s bias order, empty when the bundle has none (a label tree, or a flat tree written
 /// before the postings scorer); the tree checks it against its outputs.
-pub(super) fn load_flat_order(bundle: &Bundle, t: usize) -> Result<crate::bundle::Section<u32>, FormatError> {
+pub(super) fn load_flat_order(
+    bundle: &Bundle,
+    t: usize,
+) -> Result<crate::bundle::Section<u32>, FormatError> {
     bundle.u32s_or_empty(&flat_order_section(t))
 }
 

@@ -27,7 +27,9 @@
 //! order, opened without the verified checks, can only give wrong answers.
 
 use super::chunk::EntryOuts;
-use super::view::{Ranked, SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError};
+use super::view::{
+    Candidate, Ranked, SearchLimits, SearchScratch, SearchStats, TreeArrays, TreeViewError,
+};
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::time::Instant;
@@ -202,7 +204,11 @@ where
         stats.postings = postings as u32;
         scratch
             .candidates
-            .extend(scratch.best.iter().map(|r| (r.label, r.logp, r.depth)));
+            .extend(scratch.best.iter().map(|r| Candidate {
+                label: r.label,
+                score: r.logp,
+                depth: r.depth,
+            }));
         stats
     }
 }
@@ -288,10 +294,12 @@ mod tests {
     }
 
     /// Candidates in ranking order, scores as bits.
-    fn ranked(c: &[(u32, f32, u32)]) -> Vec<(u32, u32, u32)> {
+    fn ranked(c: &[Candidate]) -> Vec<(u32, u32, u32)> {
         let mut c = c.to_vec();
-        c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        c.into_iter().map(|(l, s, d)| (l, s.to_bits(), d)).collect()
+        c.sort_by(Candidate::ranking);
+        c.into_iter()
+            .map(|c| (c.label, c.score.to_bits(), c.depth))
+            .collect()
     }
 
     fn loss_of(i: u8) -> Loss {

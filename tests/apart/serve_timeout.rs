@@ -1,7 +1,7 @@
 //! Requests that outlast `request_timeout_ms`, or whose client hangs up, through `app()` with
 //! `oneshot`. Tokio's clock is paused: while a load runs on its own thread the runtime has
 //! nothing to do, so the clock jumps to the next timer and the limit passes at once, whatever
-//! the machine's speed. Kept apart from the servers of `tests/it/`, because
+//! the machine's speed. Kept apart from the servers of `tests/service/`, because
 //! `xmc_inflight_requests` is one gauge per process.
 #![allow(clippy::unwrap_used)]
 

@@ -1,5 +1,5 @@
 """Computes tf-idf weights for corpus.txt and queries.txt with scikit-learn's TfidfVectorizer,
-as an independent check of xmc's own (tests/text_reference.rs reads expected.json).
+as an independent check of xmc's own (tests/model/text_reference.rs reads expected.json).
 
 The analyzer gives scikit-learn the terms xmc makes from these texts: lower-cased words of
 letters and digits (which is what UAX #29 word segmentation gives on this ASCII text), and

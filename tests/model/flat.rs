@@ -3,15 +3,13 @@
 //! verified open and read without panicking after the structural one.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::{load, train_with};
+use crate::common::{load, train_with};
 use xmc::bundle::Bundle;
-use xmc::model::{Model, ModelError, PredictOptions, tree_section};
-use xmc::tree::flat::ORDER_SECTION;
+use xmc::model::sections::flat_order_section;
+use xmc::model::{Model, ModelError, PredictOptions};
 
 fn order_section() -> String {
-    tree_section(0, ORDER_SECTION)
+    flat_order_section(0)
 }
 
 #[test]

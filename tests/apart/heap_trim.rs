@@ -1,9 +1,33 @@
-//! The heap trim gives back what a burst freed below a live allocation. Its own test binary, so
-//! that no other test allocates or frees while it measures the process's memory.
+//! The heap trim gives back what a burst freed below a live allocation. The measurement runs in
+//! a child process of this test binary that runs only it, so that no other test allocates or
+//! frees while it reads the process's memory.
 
+/// Runs [`measure_in_a_process_of_its_own`] alone in a child process of this binary and checks
+/// that it ran and passed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_trim_gives_back_what_a_burst_freed_below_live_allocations() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let name = "heap_trim::measure_in_a_process_of_its_own";
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--ignored", "--test-threads=1"])
+        .output()
+        .expect("run the test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the measurement failed or did not run: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The measurement itself; ignored in a plain run, where other tests share the process, and run
+/// by [`a_trim_gives_back_what_a_burst_freed_below_live_allocations`] in a process of its own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+#[ignore = "run alone in a child process by a_trim_gives_back_what_a_burst_freed_below_live_allocations"]
+fn measure_in_a_process_of_its_own() {
     use xmc::serve::heap::{Heap, trim_now};
     const MIB: u64 = 1 << 20;
     let start = Heap::now().expect("statm");

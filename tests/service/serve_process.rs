@@ -1,7 +1,7 @@
 //! `xmc serve` as a process, as an operator runs it: the README's command on the shipped default
 //! model answers the README's request and drains on SIGTERM, and a server that runs out of file
 //! descriptors backs off, keeps what it serves and takes connections again once some close.
-//! (`tests/serve_api.rs` drives the router itself, without sockets.)
+//! (`tests/service/serve_api.rs` drives the router itself, without sockets.)
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
 
