@@ -44,6 +44,7 @@ def overhead(model_path, test, n=300, repeats=200):
 
 
 def train(binary, path, rounds=2):
+    rounds = int(rounds)
     texts, labels = xmc.read_data(path)
     for r in range(rounds):
         start = time.perf_counter()
