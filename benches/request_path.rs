@@ -97,8 +97,10 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(xmc::serve::reload_now(&state))
         .map_err(|e| anyhow::anyhow!(e))?;
     let loaded = state
-        .current
-        .load_full()
+        .repo
+        .load()
+        .default_model()
+        .cloned()
         .ok_or_else(|| anyhow::anyhow!("no model after the load"))?;
     let router = app(Arc::clone(&state));
 

@@ -14,6 +14,10 @@ pub struct ServeArgs {
     /// The model bundle, or a symlink to one, watched for changes.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// A model repository: serves every `<name>/<version>/model.xmcb` under this directory
+    /// (instead of `--model`).
+    #[arg(long, conflicts_with = "model")]
+    pub repository: Option<PathBuf>,
     /// The listen address, e.g. 127.0.0.1:8080.
     #[arg(long)]
     pub bind: Option<String>,
@@ -27,6 +31,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut flags: Vec<(&str, String)> = Vec::new();
     if let Some(m) = &args.model {
         flags.push(("model", m.display().to_string()));
+    }
+    if let Some(r) = &args.repository {
+        flags.push(("repository", r.display().to_string()));
     }
     if let Some(b) = &args.bind {
         flags.push(("bind", b.clone()));

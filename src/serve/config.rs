@@ -99,8 +99,20 @@ pub struct ServeConfig {
     /// A separate address for `/metrics`; `None` (or empty text) serves it on the API port.
     #[serde(deserialize_with = "text_or_none")]
     pub metrics_bind: Option<String>,
-    /// The model bundle (a file or a symlink to one).
+    /// The model bundle (a file or a symlink to one), served as a repository of one model
+    /// named after the file's stem, version 1; unused when `repository` is set.
     pub model: PathBuf,
+    /// A model repository: every `<name>/<version>/model.xmcb` under this directory is served,
+    /// versions being positive integers (Triton's layout); `None` (or empty text) serves `model`.
+    #[serde(deserialize_with = "text_or_none")]
+    pub repository: Option<String>,
+    /// Which versions of each repository model serve: `latest:N`, `all` or `specific:V,V,...`
+    /// (a model's own `model.toml` may set its own `version_policy`).
+    pub version_policy: String,
+    /// The model the `/v1` routes answer for; `None` (or empty text): the first name in sorted
+    /// order.
+    #[serde(deserialize_with = "text_or_none")]
+    pub default_model: Option<String>,
     /// How often the model path is checked for a new file, in milliseconds (0: never).
     pub poll_interval_ms: u64,
     /// Threads of the prediction pool for batches (0: one per core).
@@ -156,6 +168,9 @@ impl ServeConfig {
             bind: "127.0.0.1:8080".into(),
             metrics_bind: None,
             model: PathBuf::from("models/default.xmcb"),
+            repository: None,
+            version_policy: "latest:1".into(),
+            default_model: None,
             poll_interval_ms: 1000,
             pool_threads: 0,
             single_predict: SinglePredict::Inline,
@@ -241,6 +256,9 @@ impl ServeConfig {
                 return bad("metrics_bind", "not an address like 127.0.0.1:9090");
             }
         }
+        if let Err(m) = self.version_policy.parse::<VersionPolicy>() {
+            return bad("version_policy", &m);
+        }
         if self.max_k == 0 || self.default_k == 0 || self.default_k > self.max_k {
             return bad("default_k", "must be between 1 and max_k");
         }
@@ -274,6 +292,47 @@ impl ServeConfig {
             );
         }
         Ok(())
+    }
+}
+
+/// Which versions of a repository model serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionPolicy {
+    /// The `n` highest versions that load.
+    Latest(usize),
+    /// Every version that loads.
+    All,
+    /// These versions, those of them that load.
+    Specific(Vec<u64>),
+}
+
+impl std::str::FromStr for VersionPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "all" {
+            return Ok(VersionPolicy::All);
+        }
+        if let Some(n) = s.strip_prefix("latest:") {
+            return match n.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(VersionPolicy::Latest(n)),
+                _ => Err(format!("`{s}`: latest:N needs N of at least 1")),
+            };
+        }
+        if let Some(list) = s.strip_prefix("specific:") {
+            let versions = list
+                .split(',')
+                .map(|v| match v.trim().parse::<u64>() {
+                    Ok(v) if v > 0 => Ok(v),
+                    _ => Err(format!("`{s}`: `{v}` is not a positive version")),
+                })
+                .collect::<Result<Vec<u64>, String>>()?;
+            return Ok(VersionPolicy::Specific(versions));
+        }
+        Err(format!(
+            "`{s}` is not latest:N, all, or specific:V,V,... (versions positive integers)"
+        ))
     }
 }
 
@@ -387,6 +446,22 @@ mod tests {
         );
         let err = ServeConfig::load(None, &[], &[("bind", "nowhere".into())]).unwrap_err();
         assert!(err.to_string().contains("bind"), "{err}");
+    }
+
+    #[test]
+    fn version_policies_parse_and_bad_ones_name_the_key() {
+        assert_eq!("latest:2".parse(), Ok(VersionPolicy::Latest(2)));
+        assert_eq!("all".parse(), Ok(VersionPolicy::All));
+        assert_eq!(
+            "specific:1, 3".parse(),
+            Ok(VersionPolicy::Specific(vec![1, 3]))
+        );
+        for bad in ["latest:0", "latest", "specific:0", "specific:", "newest"] {
+            assert!(bad.parse::<VersionPolicy>().is_err(), "{bad}");
+            let env = vec![("XMC_VERSION_POLICY".to_string(), bad.to_string())];
+            let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+            assert!(err.contains("version_policy"), "{err}");
+        }
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub enum ApiError {
     Invalid(String),
     /// No model is loaded yet.
     NoModel,
+    /// No repository model has this name.
+    UnknownModel(String),
     /// The admin routes are off (no token configured).
     AdminOff,
     /// A wrong or missing bearer token.
@@ -49,6 +51,11 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no_model",
                 "no model is loaded yet".into(),
+            ),
+            ApiError::UnknownModel(name) => (
+                StatusCode::NOT_FOUND,
+                "unknown_model",
+                format!("no model named {name:?} is in the repository"),
             ),
             ApiError::AdminOff => (
                 StatusCode::NOT_FOUND,
@@ -99,7 +106,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     /// How many variants `ApiError` has: the arms of [`variant`].
-    const VARIANTS: usize = 11;
+    const VARIANTS: usize = 12;
 
     /// A distinct number below [`VARIANTS`] for each variant. The match is exhaustive, so a new
     /// variant does not compile until it has an arm here, a reminder to number it, raise
@@ -117,6 +124,7 @@ mod tests {
             ApiError::NotFound => 8,
             ApiError::MethodNotAllowed(_) => 9,
             ApiError::Internal(_) => 10,
+            ApiError::UnknownModel(_) => 11,
         }
     }
 
@@ -133,6 +141,7 @@ mod tests {
             ApiError::NotFound,
             ApiError::MethodNotAllowed(Method::PUT),
             ApiError::Internal("a handler panicked".into()),
+            ApiError::UnknownModel("nope".into()),
         ]
     }
 

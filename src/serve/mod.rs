@@ -14,14 +14,19 @@ mod error;
 pub mod heap;
 mod layers;
 mod reload;
+pub mod repository;
 mod routes;
 mod start;
 mod state;
 mod telemetry;
+pub mod v2;
 
-pub use config::{LoadChecks, LogFormat, ServeConfig, ServeConfigError, SinglePredict};
+pub use config::{
+    LoadChecks, LogFormat, ServeConfig, ServeConfigError, SinglePredict, VersionPolicy,
+};
 pub use error::ApiError;
-pub use reload::{FileSig, Loaded, ReloadOutcome, ScratchPool};
+pub use reload::{FileSig, Loaded, ReloadOutcome, ScratchPool, Trigger, VersionMetrics};
+pub use repository::Snapshot;
 pub use routes::openapi;
 pub use start::run;
 pub use state::{AppState, ReloadStatus, reload_now};
@@ -31,7 +36,7 @@ use layers::*;
 use telemetry::*;
 
 use crate::model::ScratchSizes;
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
@@ -51,11 +56,30 @@ pub fn app(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/predict", post(routes::predict))
         .route("/v1/predict/batch", post(routes::predict_batch))
+        .route("/v1/models/{name}/predict", post(routes::predict_named))
         .route("/v1/model", get(routes::model_info))
         .route(RELOAD_ROUTE, post(routes::admin_reload))
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
-        .route("/openapi.json", get(routes::openapi));
+        .route("/openapi.json", get(routes::openapi))
+        .route("/v2", get(v2::server_metadata))
+        .route("/v2/health/live", get(v2::live))
+        .route("/v2/health/ready", get(v2::ready))
+        .route("/v2/models/{name}", get(v2::model_metadata))
+        .route("/v2/models/{name}/ready", get(v2::model_ready))
+        .route("/v2/models/{name}/infer", post(v2::infer))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(v2::model_metadata),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/ready",
+            get(v2::model_ready),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(v2::infer),
+        );
     if state.cfg.metrics_bind.is_none() {
         router = router.route("/metrics", get(routes::metrics));
     }
@@ -171,7 +195,7 @@ mod tests {
         let state = AppState::new(ServeConfig::defaults()).unwrap();
         // No model yet: nothing to warm.
         assert_eq!(warm_threads(&state).await, 0);
-        reload::load_now(&state, reload::Trigger::Explicit)
+        repository::load_now(&state, reload::Trigger::Explicit)
             .await
             .unwrap();
         // One warm-up on each of the two workers, not two on one.
@@ -201,7 +225,7 @@ mod tests {
         cfg.poll_interval_ms = 0;
         cfg.pool_threads = 2;
         let state = AppState::new(cfg).unwrap();
-        let current = || state.current.load_full().unwrap();
+        let current = || state.repo.load().default_model().cloned().unwrap();
         // One per core and two for the pool (the two async workers here may be more than the
         // cores: then the warm-up runs out of spares, and the last thread grows its own).
         let n = state.predict_threads();

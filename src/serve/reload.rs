@@ -1,6 +1,5 @@
 //! Loading, validating, warming and publishing models; polling the model path.
 
-use super::AppState;
 use super::LoadChecks;
 use crate::bundle::{Bundle, OpenOptions};
 use crate::model::{Model, PredictOptions, Prediction, Scratch, ScratchSizes};
@@ -43,17 +42,52 @@ impl FileSig {
     }
 }
 
-/// A published model.
+/// A published model: one version of one repository model.
 #[derive(Debug)]
 pub struct Loaded {
     /// The model.
     pub model: Model,
-    /// The file it came from.
+    /// The repository model it serves as.
+    pub name: String,
+    /// Its version in the repository (1 for `--model FILE`).
+    pub version: u64,
+    /// The file it came from, and that file's signature.
+    pub path: std::path::PathBuf,
+    /// The signature of that file when it was opened.
     pub sig: FileSig,
+    /// Its prediction metrics, labelled with `model` and `version` once here, so that a request
+    /// records them without building a key.
+    pub metrics: VersionMetrics,
     /// When it was published (Unix seconds).
     pub loaded_unix: u64,
     /// Scratch space the load made ready for it.
     pub scratch: ScratchPool,
+}
+
+/// The per-version prediction metrics.
+#[derive(Debug)]
+pub struct VersionMetrics {
+    /// `xmc_predict_depth{model,version}`.
+    pub depth: metrics::Histogram,
+    /// `xmc_predict_nodes_evaluated{model,version}`.
+    pub nodes: metrics::Histogram,
+    /// `xmc_predictions_total{model,version}`: queries answered (a batch counts each).
+    pub predictions: metrics::Counter,
+}
+
+impl VersionMetrics {
+    /// The handles for `name`, `version`.
+    pub fn new(name: &str, version: u64) -> VersionMetrics {
+        let labels = [
+            ("model", name.to_string()),
+            ("version", version.to_string()),
+        ];
+        VersionMetrics {
+            depth: metrics::histogram!("xmc_predict_depth", &labels),
+            nodes: metrics::histogram!("xmc_predict_nodes_evaluated", &labels),
+            predictions: metrics::counter!("xmc_predictions_total", &labels),
+        }
+    }
 }
 
 /// Scratch space sized for one model by its load thread, for the request threads whose own is
@@ -124,7 +158,7 @@ pub enum ReloadOutcome {
     Unchanged,
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -132,17 +166,17 @@ fn unix_now() -> u64 {
 
 /// What a load spent, for the log line that publishes it.
 #[derive(Clone, Copy, Debug)]
-struct LoadTimes {
+pub(super) struct LoadTimes {
     /// Opening, pre-faulting, and verifying every checksum and index.
-    open_ms: f64,
+    pub(super) open_ms: f64,
     /// The warm-up predictions, and filling any spare scratch space.
-    warm_ms: f64,
+    pub(super) warm_ms: f64,
 }
 
 /// Opens, validates (every checksum, and the structure or everything, as `checks` says),
 /// pre-faults and warms the bundle at `path`, and makes scratch space ready for it if it needs
 /// more than `spares.floor`.
-fn open_and_warm(
+pub(super) fn open_and_warm(
     path: &Path,
     checks: LoadChecks,
     spares: SpareRequest,
@@ -213,7 +247,7 @@ pub(crate) fn warm_query(model: &Model, q: u32) -> (Vec<u32>, Vec<f32>) {
 /// Runs `work` on a thread of its own at low priority (see [`LoadPriority`]), so that a load's
 /// CPU (checksums, validation, pre-faulting, warming) comes from what requests leave idle, and
 /// waits for it without blocking the async workers. A panic in `work` is an error, not a crash.
-async fn in_background<T: Send + 'static>(
+pub(super) async fn in_background<T: Send + 'static>(
     priority: LoadPriority,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
@@ -231,14 +265,14 @@ async fn in_background<T: Send + 'static>(
 
 /// How far a background thread steps back for requests.
 #[derive(Clone, Copy, Debug)]
-struct LoadPriority {
+pub(super) struct LoadPriority {
     /// The nice value (0–19).
-    nice: i32,
+    pub(super) nice: i32,
     /// Run under `SCHED_IDLE` instead (Linux): the scheduler counts a core that runs only such
     /// threads as idle when it places a waking thread, so a request thread takes that core at
     /// once. A nice value does not do that: with the load generator busy on the other core, a
     /// woken request thread waited behind the nice-19 load for a scheduler slice.
-    idle: bool,
+    pub(super) idle: bool,
 }
 
 /// Lowers the calling thread's priority (on Linux both calls apply to that thread alone). A
@@ -287,7 +321,7 @@ fn lower_priority(p: LoadPriority) {
 /// [`crate::bundle::Bundle::release_pages`], so that the unmap itself is short. This thread
 /// runs at `nice`, never `SCHED_IDLE`: it takes the address-space lock, and a holder that any
 /// request thread preempts would leave every thread that needs the lock waiting.
-fn release_in_background<T: Send + Sync + 'static>(
+pub(super) fn release_in_background<T: Send + Sync + 'static>(
     old: Arc<T>,
     nice: i32,
     before_drop: impl FnOnce(&T) + Send + 'static,
@@ -316,7 +350,7 @@ fn release_in_background<T: Send + Sync + 'static>(
 }
 
 /// How often the release thread looks whether the last request on the old model ended.
-const RELEASE_POLL: Duration = Duration::from_millis(5);
+pub(super) const RELEASE_POLL: Duration = Duration::from_millis(5);
 
 /// How a load was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,124 +363,6 @@ pub enum Trigger {
     Explicit,
     /// An explicit request to load the file even if it is the one serving.
     Force,
-}
-
-/// Loads the model path if its file differs from the one serving (or always, with
-/// [`Trigger::Force`]), and publishes it. A failure keeps the old model, is counted and logged,
-/// and is remembered so the poller does not retry the same broken file every interval.
-pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadOutcome, String> {
-    let explicit = trigger != Trigger::Poll;
-    let mut last_failed = state.reload_lock.lock().await;
-    let path = state.cfg.model.clone();
-    let sig = match FileSig::of(&path) {
-        Ok(s) => s,
-        // Between an unlink and a rename the path may briefly not exist: the poller just looks
-        // again next time; an explicit load reports it.
-        Err(e) if !explicit => {
-            tracing::debug!(error = %e, "model path not readable; will look again");
-            return Ok(ReloadOutcome::Unchanged);
-        }
-        Err(e) => {
-            let msg = format!("{}: {e}", path.display());
-            return Err(record_failure(state, msg, None, &mut last_failed));
-        }
-    };
-    let serving = state.current.load();
-    let is_serving = serving.as_ref().map(|l| l.sig) == Some(sig);
-    let unchanged = match trigger {
-        Trigger::Poll => is_serving || *last_failed == Some(sig),
-        Trigger::Explicit => is_serving,
-        Trigger::Force => false,
-    };
-    if unchanged {
-        return Ok(ReloadOutcome::Unchanged);
-    }
-    let p = path.clone();
-    let nice = state.cfg.load_nice;
-    let priority = LoadPriority {
-        nice,
-        idle: state.cfg.load_idle,
-    };
-    let checks = state.cfg.load_checks;
-    let spares = SpareRequest {
-        floor: state.scratch_floor(),
-        threads: state.predict_threads(),
-    };
-    let opened = in_background(priority, move || open_and_warm(&p, checks, spares))
-        .await
-        .and_then(|r| r);
-    // The file may have changed while it was read; then the next poll loads it again.
-    match opened {
-        Ok((model, times, scratch)) => {
-            let version = model.meta().version.clone();
-            let spare_scratch = scratch.spares();
-            let name = model.meta().name.clone();
-            if let Some(old) = serving.as_ref() {
-                metrics::gauge!(
-                    "xmc_model_info",
-                    "name" => old.model.meta().name.clone(),
-                    "version" => old.model.meta().version.clone()
-                )
-                .set(0.0);
-            }
-            let old = state.current.swap(Some(Arc::new(Loaded {
-                model,
-                sig,
-                loaded_unix: unix_now(),
-                scratch,
-            })));
-            drop(serving);
-            if let Some(old) = old {
-                release_in_background(old, nice, |l: &Loaded| l.model.bundle().release_pages());
-            }
-            metrics::gauge!("xmc_model_info", "name" => name.clone(), "version" => version.clone())
-                .set(1.0);
-            metrics::counter!("xmc_model_reloads_total", "result" => "ok").increment(1);
-            if let Ok(mut s) = state.status.lock() {
-                s.ok += 1;
-                s.last_error = None;
-            }
-            *last_failed = None;
-            tracing::info!(
-                %name,
-                %version,
-                path = %path.display(),
-                open_ms = format_args!("{:.1}", times.open_ms),
-                warm_ms = format_args!("{:.1}", times.warm_ms),
-                spare_scratch,
-                "model published"
-            );
-            Ok(ReloadOutcome::Loaded(version))
-        }
-        Err(msg) => Err(record_failure(state, msg, Some(sig), &mut last_failed)),
-    }
-}
-
-fn record_failure(
-    state: &AppState,
-    msg: String,
-    sig: Option<FileSig>,
-    last_failed: &mut Option<FileSig>,
-) -> String {
-    metrics::counter!("xmc_model_reloads_total", "result" => "error").increment(1);
-    if let Ok(mut s) = state.status.lock() {
-        s.errors += 1;
-        s.last_error = Some(msg.clone());
-        s.last_error_unix = Some(unix_now());
-    }
-    *last_failed = sig;
-    tracing::error!(error = %msg, "model load failed; the previous model keeps serving");
-    msg
-}
-
-/// Checks the model path every `poll_interval_ms` and loads what changed.
-pub async fn poll(state: Arc<AppState>) {
-    let every = Duration::from_millis(state.cfg.poll_interval_ms.max(10));
-    loop {
-        tokio::time::sleep(every).await;
-        // Failures are recorded inside; a missing file between renames is retried next tick.
-        let _ = load_now(&state, Trigger::Poll).await;
-    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! The handlers and the JSON shapes of the API.
 
 use super::reload::{self, Loaded, ReloadOutcome};
+use super::repository;
 use super::{ApiError, AppState, SinglePredict};
 use crate::model::{Model, PredictOptions, Prediction, QueryError, Scratch};
 use crate::text::{TextScratch, TextStats};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rayon::prelude::*;
@@ -226,8 +227,14 @@ fn parse<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// The default model's highest serving version: what the `/v1` routes answer with.
 fn current(state: &AppState) -> Result<Arc<Loaded>, ApiError> {
-    state.current.load_full().ok_or(ApiError::NoModel)
+    state
+        .repo
+        .load()
+        .default_model()
+        .cloned()
+        .ok_or(ApiError::NoModel)
 }
 
 /// A query as the request gave it: a sparse vector, or text that the predicting thread vectorizes
@@ -252,29 +259,7 @@ type Prepared = (Query, PredictOptions);
 
 /// Checks a request against the server's limits and `model`, giving the model's inputs.
 fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepared, ApiError> {
-    let k = req.k.map_or(state.cfg.default_k, JsonInt::usize);
-    if k == 0 || k > state.cfg.max_k {
-        return Err(ApiError::Invalid(format!(
-            "k = {k} is not between 1 and {}",
-            state.cfg.max_k
-        )));
-    }
-    let beam = req.beam.map(JsonInt::usize).or(state.cfg.beam);
-    if beam == Some(0) {
-        return Err(ApiError::Invalid("beam must be at least 1".into()));
-    }
-    let early_stop = req.early_stop.unwrap_or(true);
-    if req.deadline_us.is_some() && !early_stop {
-        return Err(ApiError::Invalid(
-            "`deadline_us` needs `early_stop`: the level-wise beam search has no deadline".into(),
-        ));
-    }
-    let block_candidates = req.block_candidates.map(JsonInt::usize);
-    if block_candidates == Some(0) {
-        return Err(ApiError::Invalid(
-            "block_candidates must be at least 1".into(),
-        ));
-    }
+    let opts = options(state, &req)?;
     let query = match (req.features, req.text) {
         (Some(Features { idx, val, problem }), None) => {
             if let Some(problem) = problem {
@@ -299,6 +284,35 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
             ));
         }
     };
+    Ok((query, opts))
+}
+
+/// A request's prediction options (every field but the query), checked against the server's
+/// limits; the model checks what only it knows when it predicts.
+pub(super) fn options(state: &AppState, req: &PredictRequest) -> Result<PredictOptions, ApiError> {
+    let k = req.k.map_or(state.cfg.default_k, JsonInt::usize);
+    if k == 0 || k > state.cfg.max_k {
+        return Err(ApiError::Invalid(format!(
+            "k = {k} is not between 1 and {}",
+            state.cfg.max_k
+        )));
+    }
+    let beam = req.beam.map(JsonInt::usize).or(state.cfg.beam);
+    if beam == Some(0) {
+        return Err(ApiError::Invalid("beam must be at least 1".into()));
+    }
+    let early_stop = req.early_stop.unwrap_or(true);
+    if req.deadline_us.is_some() && !early_stop {
+        return Err(ApiError::Invalid(
+            "`deadline_us` needs `early_stop`: the level-wise beam search has no deadline".into(),
+        ));
+    }
+    let block_candidates = req.block_candidates.map(JsonInt::usize);
+    if block_candidates == Some(0) {
+        return Err(ApiError::Invalid(
+            "block_candidates must be at least 1".into(),
+        ));
+    }
     // The model checks the weights' ranges; here they must only fit an `f32`, so that a number
     // just past its range is not rounded into it.
     let weight = |name: &str, v: Option<f64>| match v {
@@ -307,26 +321,26 @@ fn prepare(state: &AppState, model: &Model, req: PredictRequest) -> Result<Prepa
         )),
         _ => Ok(v.map(|x| x as f32)),
     };
-    let rerank_alpha = weight("rerank_alpha", req.rerank_alpha)?;
-    let rerank_gamma = weight("rerank_gamma", req.rerank_gamma)?;
-    let rerank_ova_alpha = weight("rerank_ova_alpha", req.rerank_ova_alpha)?;
-    Ok((
-        query,
-        PredictOptions {
-            k,
-            beam,
-            early_stop,
-            deadline_us: req.deadline_us.map(|d| d.0),
-            block_candidates,
-            rerank: req.rerank,
-            impute: req.impute,
-            candidates: None,
-            rerank_alpha,
-            rerank_gamma,
-            rerank_ova: req.rerank_ova,
-            rerank_ova_alpha,
-        },
-    ))
+    Ok(PredictOptions {
+        k,
+        beam,
+        early_stop,
+        deadline_us: req.deadline_us.map(|d| d.0),
+        block_candidates,
+        rerank: req.rerank,
+        impute: req.impute,
+        candidates: None,
+        rerank_alpha: weight("rerank_alpha", req.rerank_alpha)?,
+        rerank_gamma: weight("rerank_gamma", req.rerank_gamma)?,
+        rerank_ova: req.rerank_ova,
+        rerank_ova_alpha: weight("rerank_ova_alpha", req.rerank_ova_alpha)?,
+    })
+}
+
+/// Whether a request gave a query (`features` or `text`): the V2 routes take the query from
+/// tensors, and only the options from parameters.
+pub(super) fn has_query(req: &PredictRequest) -> bool {
+    req.features.is_some() || req.text.is_some()
 }
 
 thread_local! {
@@ -480,19 +494,9 @@ fn predict_one(loaded: &Loaded, query: &Query, opts: &PredictOptions) -> Result<
     let start = Instant::now();
     match query {
         Query::Features { idx, val } => predict_vector(loaded, idx, val, None, opts, start),
-        Query::Text(text) => {
-            let view = loaded.model.text().ok_or_else(no_vectorizer)?;
-            let run = |t: &mut TextBuffers| {
-                t.idx.clear();
-                t.val.clear();
-                let stats = view.vectorize(text, &mut t.scratch, &mut t.idx, &mut t.val);
-                predict_vector(loaded, &t.idx, &t.val, Some(stats), opts, start)
-            };
-            TEXT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut t) => run(&mut t),
-                Err(_) => run(&mut TextBuffers::default()),
-            })
-        }
+        Query::Text(text) => with_text_vector(loaded, text, |idx, val, stats| {
+            predict_vector(loaded, idx, val, Some(stats), opts, start)
+        }),
     }
 }
 
@@ -506,13 +510,8 @@ fn predict_vector(
     opts: &PredictOptions,
     start: Instant,
 ) -> Result<Vec<u8>, ApiError> {
-    let model = &loaded.model;
-    let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<Vec<u8>, ApiError> {
-        model
-            .predict_into(idx, val, opts, scratch, out)
-            .map_err(|e: QueryError| ApiError::Invalid(e.to_string()))?;
-        metrics::histogram!("xmc_predict_depth").record(f64::from(out.depth));
-        metrics::histogram!("xmc_predict_nodes_evaluated").record(f64::from(out.nodes_evaluated));
+    with_prediction(loaded, idx, val, opts, |out| {
+        let model = &loaded.model;
         let meta = model.meta();
         let body = PredictionBody {
             labels: &out.labels,
@@ -545,6 +544,28 @@ fn predict_vector(
         let mut json = Vec::with_capacity(512);
         serde_json::to_writer(&mut json, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(json)
+    })
+}
+
+/// Runs one prediction of a vector with this thread's scratch space, records its metrics under
+/// the version's labels, and hands the prediction to `then` (every protocol's answer is made
+/// from the same [`Prediction`], so they cannot disagree).
+pub(super) fn with_prediction<R>(
+    loaded: &Loaded,
+    idx: &[u32],
+    val: &[f32],
+    opts: &PredictOptions,
+    then: impl FnOnce(&Prediction) -> Result<R, ApiError>,
+) -> Result<R, ApiError> {
+    let model = &loaded.model;
+    let run = |scratch: &mut Scratch, out: &mut Prediction| -> Result<R, ApiError> {
+        model
+            .predict_into(idx, val, opts, scratch, out)
+            .map_err(|e: QueryError| ApiError::Invalid(e.to_string()))?;
+        loaded.metrics.depth.record(f64::from(out.depth));
+        loaded.metrics.nodes.record(f64::from(out.nodes_evaluated));
+        loaded.metrics.predictions.increment(1);
+        then(out)
     };
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
@@ -553,6 +574,26 @@ fn predict_vector(
             run(scratch, out)
         }
         Err(_) => run(&mut Scratch::default(), &mut Prediction::default()),
+    })
+}
+
+/// Vectorizes `text` with the model's vectorizer into this thread's text buffers and runs
+/// `then` on the vector and the vectorizer's counts.
+pub(super) fn with_text_vector<R>(
+    loaded: &Loaded,
+    text: &str,
+    then: impl FnOnce(&[u32], &[f32], TextStats) -> Result<R, ApiError>,
+) -> Result<R, ApiError> {
+    let view = loaded.model.text().ok_or_else(no_vectorizer)?;
+    let run = |t: &mut TextBuffers| {
+        t.idx.clear();
+        t.val.clear();
+        let stats = view.vectorize(text, &mut t.scratch, &mut t.idx, &mut t.val);
+        then(&t.idx, &t.val, stats)
+    };
+    TEXT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut t) => run(&mut t),
+        Err(_) => run(&mut TextBuffers::default()),
     })
 }
 
@@ -570,7 +611,32 @@ pub async fn predict(
 ) -> Result<Response, ApiError> {
     let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
     let loaded = current(&state)?;
-    let (query, opts) = prepare(&state, &loaded.model, req)?;
+    predict_on(&state, loaded, req).await
+}
+
+/// `POST /v1/models/{name}/predict`: as `/v1/predict`, on the highest serving version of the
+/// repository model `name`.
+pub async fn predict_named(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: PredictRequest = parse(body, state.cfg.body_limit_bytes)?;
+    let loaded = match state.repo.load().get(&name, None) {
+        Ok(l) => l.clone(),
+        Err(repository::Missing::NotReady) => return Err(ApiError::NoModel),
+        Err(_) => return Err(ApiError::UnknownModel(name)),
+    };
+    predict_on(&state, loaded, req).await
+}
+
+/// One `/v1` prediction on `loaded`.
+async fn predict_on(
+    state: &Arc<AppState>,
+    loaded: Arc<Loaded>,
+    req: PredictRequest,
+) -> Result<Response, ApiError> {
+    let (query, opts) = prepare(state, &loaded.model, req)?;
     match state.cfg.single_predict {
         SinglePredict::Inline => predict_one(&loaded, &query, &opts).map(json_bytes),
         SinglePredict::Pool => {
@@ -655,10 +721,12 @@ pub async fn model_info(State(state): State<Arc<AppState>>) -> Result<Json<Value
         .lock()
         .map(|s| s.clone())
         .map_err(|_| ApiError::Internal("status lock poisoned".into()))?;
-    let loaded = state.current.load_full();
+    let loaded = state.repo.load().default_model().cloned();
     let model = loaded.as_ref().map(|l| {
         json!({
-            "path": state.cfg.model.display().to_string(),
+            "name": l.name,
+            "repository_version": l.version,
+            "path": l.path.display().to_string(),
             "loaded_unix": l.loaded_unix,
             "file_bytes": l.model.bundle().file_len(),
             "meta": l.model.meta(),
@@ -705,7 +773,7 @@ pub async fn admin_reload(
     };
     // The load runs in a task of its own, so that it finishes and publishes even when this
     // request does not: a client that hangs up, or the request timeout.
-    let task = tokio::spawn(async move { reload::load_now(&state, trigger).await });
+    let task = tokio::spawn(async move { repository::load_now(&state, trigger).await });
     let outcome = task
         .await
         .map_err(|e| ApiError::Internal(format!("the reload task failed: {e}")))?;
@@ -759,7 +827,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Response {
             }
             // One load of the serving model, so the document describes a single model even
             // if a swap lands meanwhile.
-            if let Some(loaded) = state.current.load_full() {
+            if let Some(loaded) = state.repo.load().default_model().cloned() {
                 let model = &loaded.model;
                 let props = "/components/schemas/PredictRequest/properties";
                 let id = format!("{props}/features/items/prefixItems/0");

@@ -7,15 +7,15 @@ use super::*;
 /// drains in-flight requests for up to `shutdown_timeout_ms`.
 pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(cfg).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    match reload::load_now(&state, reload::Trigger::Explicit).await {
+    match repository::load_now(&state, reload::Trigger::Explicit).await {
         Ok(_) => {}
         Err(e) => {
-            tracing::error!(error = %e, "the initial model failed to load; serving 503 until one does")
+            tracing::error!(error = %e, "a model failed to load at start; a model without a version serves 503 until one loads")
         }
     }
     warm_threads(&state).await;
     if state.cfg.poll_interval_ms > 0 {
-        tokio::spawn(reload::poll(state.clone()));
+        tokio::spawn(repository::poll(state.clone()));
     }
     tokio::spawn(metrics_upkeep(state.metrics.clone()));
     heap::spawn_trimmer(state.cfg.heap_trim_mib);
@@ -52,7 +52,8 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     };
     drop(done_tx);
     // The address bound, not the one configured: on port 0 the log says which port it got.
-    tracing::info!(%addr, model = %state.cfg.model.display(), servers, "serving");
+    let models = state.repo.load().names().join(",");
+    tracing::info!(%addr, %models, servers, "serving");
     let all_done = async move {
         for _ in 0..servers {
             match done_rx.recv().await {
@@ -82,7 +83,8 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
 pub(super) const WARM_GATE: Duration = Duration::from_secs(1);
 
 /// Sizes the scratch space of every thread that predicts (each async worker of this runtime
-/// and each thread of the prediction pool) for the model now serving, before the first request.
+/// and each thread of the prediction pool) for the models now serving, before the first
+/// request.
 /// The load's warm-up runs on a thread of its own, so without this each worker's first
 /// prediction grows its scratch space on the request path, several times slower than a warm
 /// one (docs/decisions/0009-per-thread-scratch.md). Returns how many
@@ -93,12 +95,16 @@ pub(super) const WARM_GATE: Duration = Duration::from_secs(1);
 /// on every worker. Nothing is served yet, so the wait holds up no request. A later swap to a
 /// model with more features grows the scratch space again, on each thread's first request.
 pub(super) async fn warm_threads(state: &Arc<AppState>) -> usize {
-    let Some(loaded) = state.current.load_full() else {
+    let loaded: Vec<Arc<Loaded>> = state.repo.load().all().cloned().collect();
+    if loaded.is_empty() {
         return 0;
-    };
+    }
+    let loaded = Arc::new(loaded);
     {
         let loaded = loaded.clone();
-        state.pool.broadcast(move |_| routes::warm_scratch(&loaded));
+        state
+            .pool
+            .broadcast(move |_| loaded.iter().for_each(|l| routes::warm_scratch(l)));
     }
     let n = tokio::runtime::Handle::current().metrics().num_workers();
     let warmed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -107,7 +113,7 @@ pub(super) async fn warm_threads(state: &Arc<AppState>) -> usize {
             let (loaded, warmed) = (loaded.clone(), warmed.clone());
             tokio::spawn(async move {
                 use std::sync::atomic::Ordering;
-                routes::warm_scratch(&loaded);
+                loaded.iter().for_each(|l| routes::warm_scratch(l));
                 warmed.fetch_add(1, Ordering::AcqRel);
                 let deadline = Instant::now() + WARM_GATE;
                 while warmed.load(Ordering::Acquire) < n && Instant::now() < deadline {
@@ -126,7 +132,15 @@ pub(super) async fn warm_threads(state: &Arc<AppState>) -> usize {
         }
     }
     if threads.len() == n {
-        state.raise_scratch_floor(&loaded);
+        let mut floor = crate::model::ScratchSizes::default();
+        for l in loaded.iter() {
+            let s = l.scratch.sizes;
+            floor.dense = floor.dense.max(s.dense);
+            floor.acc = floor.acc.max(s.acc);
+            floor.bp_acc = floor.bp_acc.max(s.bp_acc);
+            floor.clusters = floor.clusters.max(s.clusters);
+        }
+        state.raise_scratch_floor(floor);
     }
     threads.len()
 }
@@ -171,8 +185,8 @@ pub(super) fn serve_per_core(
                     .build()
                     .and_then(|rt| {
                         rt.block_on(async move {
-                            if let Some(loaded) = state.current.load_full() {
-                                routes::warm_scratch(&loaded);
+                            for loaded in state.repo.load().all() {
+                                routes::warm_scratch(loaded);
                             }
                             let listener = tokio::net::TcpListener::from_std(listener)?;
                             let idle = state.cfg.idle();

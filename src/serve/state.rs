@@ -21,16 +21,18 @@ pub struct ReloadStatus {
 pub struct AppState {
     /// The configuration.
     pub cfg: ServeConfig,
-    /// The model now serving, if any.
-    pub current: ArcSwapOption<Loaded>,
+    /// What serves now: every model's versions ([`Snapshot`]).
+    pub repo: ArcSwap<Snapshot>,
+    /// The server's version policy (a model's `model.toml` may set its own).
+    pub(crate) policy: VersionPolicy,
     /// What loads did.
     pub status: Mutex<ReloadStatus>,
     /// The pool batch predictions run on.
     pub pool: rayon::ThreadPool,
     /// The Prometheus exposition.
     pub metrics: PrometheusHandle,
-    /// Serialises loads.
-    pub(crate) reload_lock: tokio::sync::Mutex<Option<FileSig>>,
+    /// Serialises loads, and holds the files that failed.
+    pub(crate) reload_lock: tokio::sync::Mutex<repository::Failed>,
     /// The scratch space that every thread that predicts is known to have (the sizes of the
     /// model [`warm_threads`] sized them for): a load needs no spares within it
     /// ([`reload::ScratchPool`]).
@@ -54,13 +56,19 @@ impl AppState {
             .panic_handler(|_| tracing::error!("a prediction on the pool panicked"))
             .build()
             .map_err(|e| ApiError::Internal(e.to_string()))?;
+        // `ServeConfig::load` checked it; a config built in code gets the same message.
+        let policy = cfg
+            .version_policy
+            .parse()
+            .map_err(|m| ApiError::Internal(format!("version_policy: {m}")))?;
         Ok(Arc::new(AppState {
             cfg,
-            current: ArcSwapOption::empty(),
+            repo: ArcSwap::from_pointee(Snapshot::default()),
+            policy,
             status: Mutex::new(ReloadStatus::default()),
             pool,
             metrics: metrics_handle(),
-            reload_lock: tokio::sync::Mutex::new(None),
+            reload_lock: tokio::sync::Mutex::new(Default::default()),
             scratch_floor: Mutex::new(ScratchSizes::default()),
         }))
     }
@@ -78,16 +86,26 @@ impl AppState {
             .map_or_else(|_| ScratchSizes::default(), |f| *f)
     }
 
-    /// Records that every thread that predicts now has scratch space for `loaded`.
-    pub(super) fn raise_scratch_floor(&self, loaded: &Loaded) {
+    /// Records that every thread that predicts now has scratch space for `sizes`.
+    pub(super) fn raise_scratch_floor(&self, sizes: ScratchSizes) {
         if let Ok(mut f) = self.scratch_floor.lock() {
-            *f = loaded.scratch.sizes;
+            *f = sizes;
+        }
+    }
+
+    /// The model the `/v1` routes answer for: `default_model`, the one model of `--model`, or
+    /// (`None`) the first name in sorted order.
+    pub(crate) fn default_name(&self) -> Option<String> {
+        match &self.cfg.repository {
+            None => Some(repository::file_model_name(&self.cfg.model)),
+            Some(_) => self.cfg.default_model.clone(),
         }
     }
 }
 
-/// Loads the configured model path now, whether or not it changed, and publishes it; on failure
-/// the old model keeps serving and the error is recorded (as `POST /v1/admin/reload` does).
+/// Loads the configured model path (or every repository model) now, whether or not it
+/// changed, and publishes it; on failure what served keeps serving and the error is recorded
+/// (as `POST /v1/admin/reload?force=true` does).
 pub async fn reload_now(state: &Arc<AppState>) -> Result<ReloadOutcome, String> {
-    reload::load_now(state, reload::Trigger::Force).await
+    repository::load_now(state, reload::Trigger::Force).await
 }

@@ -20,4 +20,5 @@ mod predict_cli;
 mod serve_api;
 mod serve_process;
 mod serve_text;
+mod serve_v2;
 mod sweep;

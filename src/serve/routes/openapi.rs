@@ -28,7 +28,7 @@ use utoipa::openapi::{
 
 /// Every `code` an error answer can carry; the unit test beside `ApiError` checks the list
 /// against the codes it produces.
-const ERROR_CODES: [&str; 11] = [
+const ERROR_CODES: [&str; 12] = [
     "malformed_json",
     "body_too_large",
     "invalid_request",
@@ -40,6 +40,7 @@ const ERROR_CODES: [&str; 11] = [
     "not_found",
     "method_not_allowed",
     "internal",
+    "unknown_model",
 ];
 
 const ERROR_CODE_DOC: &str = "What went wrong, for a client to switch on: malformed_json (400: \
@@ -47,7 +48,8 @@ const ERROR_CODE_DOC: &str = "What went wrong, for a client to switch on: malfor
      neither of features and text, or text to a model without a vectorizer), no_model (503), \
      admin_disabled (404: no admin token is configured), unauthorized (401), reload_failed (500: \
      the previous model is still serving), timeout (408), not_found (404), method_not_allowed \
-     (405), internal (500: the detail is in the server's log). The message is for people and may \
+     (405), internal (500: the detail is in the server's log), unknown_model (404: no repository \
+     model has that name). The message is for people and may \
      change.";
 
 const INVALID: &str = "The JSON is well-formed but the request is invalid (code \
@@ -251,9 +253,152 @@ fn model_routes() -> (OperationBuilder, OperationBuilder) {
     (model_info, reload)
 }
 
+/// A path parameter.
+fn path_param(name: &str, description: &str) -> ParameterBuilder {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .schema(Some(plain(Type::String)))
+        .description(Some(description))
+}
+
+/// A V2 (Open Inference Protocol) error answer: `{"error": "message"}`.
+fn v2_error(description: &str) -> Response {
+    answer(description, schema_ref("V2Error"))
+}
+
+/// The V2 routes: `(path, operation)` pairs, with and without `/versions/{version}`.
+fn v2_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
+    let name = || path_param("name", "the repository model");
+    let version = || path_param("version", "a serving version (a positive integer)");
+    let any_object = || plain(Type::Object);
+    let tensor = || {
+        object(
+            vec![
+                ("name", plain(Type::String)),
+                ("datatype", plain(Type::String)),
+                ("shape", array_of(plain(Type::Integer))),
+                ("parameters", plain(Type::Object)),
+                ("data", array_of(RefOr::T(Schema::Object(Object::new())))),
+            ],
+            &["parameters", "data"],
+        )
+    };
+    let request = object(
+        vec![
+            ("id", plain(Type::String)),
+            ("parameters", plain(Type::Object)),
+            ("inputs", array_of(tensor().into())),
+            (
+                "outputs",
+                array_of(
+                    object(
+                        vec![
+                            ("name", plain(Type::String)),
+                            ("parameters", plain(Type::Object)),
+                        ],
+                        &["parameters"],
+                    )
+                    .into(),
+                ),
+            ),
+        ],
+        &["id", "parameters", "outputs"],
+    )
+    .build();
+    let response = object(
+        vec![
+            ("model_name", plain(Type::String)),
+            ("model_version", plain(Type::String)),
+            ("id", plain(Type::String)),
+            ("outputs", array_of(tensor().into())),
+        ],
+        &["id"],
+    )
+    .build();
+    let infer = |with_version: bool| {
+        let mut op = OperationBuilder::new()
+            .summary(Some(
+                "Open Inference Protocol inference: text or the ragged feature triple in, labels, \
+                 scores and names out (docs/http-api.md); binary tensors with \
+                 Inference-Header-Content-Length",
+            ))
+            .parameter(name())
+            .request_body(Some(json_body(request.clone())))
+            .response("200", answer("Inference", response.clone()))
+            .response("400", v2_error("A bad request: inputs, outputs, datatypes, shapes, parameters, the binary section"))
+            .response("404", v2_error("No such model or version"))
+            .response("408", shared("Timeout"))
+            .response("413", v2_error("The body is larger than the server's body_limit_bytes"))
+            .response("500", shared("Internal"))
+            .response("503", v2_error("The model has no version serving yet"));
+        if with_version {
+            op = op.parameter(version());
+        }
+        op
+    };
+    let model_get = |summary: &str, with_version: bool| {
+        let mut op = info_route(summary, "OK", any_object())
+            .parameter(name())
+            .response("400", v2_error("A version that is not a positive integer"))
+            .response("404", v2_error("No such model or version"))
+            .response("503", answer("Not ready", any_object()));
+        if with_version {
+            op = op.parameter(version());
+        }
+        op
+    };
+    let base = "/v2/models/{name}";
+    let versioned = "/v2/models/{name}/versions/{version}";
+    let mut routes = vec![
+        (
+            "/v2".to_string(),
+            HttpMethod::Get,
+            info_route("Server metadata", "Metadata", any_object()),
+        ),
+        (
+            "/v2/health/live".to_string(),
+            HttpMethod::Get,
+            info_route("Liveness", "Live", any_object()),
+        ),
+        (
+            "/v2/health/ready".to_string(),
+            HttpMethod::Get,
+            info_route(
+                "Readiness: every repository model serves",
+                "Ready",
+                any_object(),
+            )
+            .response("503", answer("Not ready", any_object())),
+        ),
+    ];
+    for (path, v) in [(base, false), (versioned, true)] {
+        routes.push((
+            path.to_string(),
+            HttpMethod::Get,
+            model_get("Model metadata", v),
+        ));
+        routes.push((
+            format!("{path}/ready"),
+            HttpMethod::Get,
+            model_get("Model readiness", v),
+        ));
+        routes.push((format!("{path}/infer"), HttpMethod::Post, infer(v)));
+    }
+    routes
+}
+
 /// Every route, with its operations.
 fn paths() -> utoipa::openapi::Paths {
     let (predict, batch) = prediction_routes();
+    let (named, _) = prediction_routes();
+    let named = named
+        .parameter(path_param("name", "the repository model"))
+        .response(
+            "404",
+            error("No repository model has this name (code unknown_model)"),
+        );
     let (model_info, reload) = model_routes();
     let any_object = || plain(Type::Object);
     let readyz = info_route("Readiness: a model is loaded", "Ready", any_object())
@@ -274,8 +419,12 @@ fn paths() -> utoipa::openapi::Paths {
         )
         .response("408", shared("Timeout"))
         .response("500", shared("Internal"));
-    PathsBuilder::new()
+    let mut paths = PathsBuilder::new()
         .path("/v1/predict", PathItem::new(HttpMethod::Post, predict))
+        .path(
+            "/v1/models/{name}/predict",
+            PathItem::new(HttpMethod::Post, named),
+        )
         .path("/v1/predict/batch", PathItem::new(HttpMethod::Post, batch))
         .path("/v1/model", PathItem::new(HttpMethod::Get, model_info))
         .path("/v1/admin/reload", PathItem::new(HttpMethod::Post, reload))
@@ -291,8 +440,11 @@ fn paths() -> utoipa::openapi::Paths {
                 HttpMethod::Get,
                 info_route("This document", "OpenAPI", any_object()),
             ),
-        )
-        .build()
+        );
+    for (path, method, op) in v2_routes() {
+        paths = paths.path(path, PathItem::new(method, op));
+    }
+    paths.build()
 }
 
 /// The shared schemas (from the API's types, and the error body), responses and security scheme.
@@ -328,6 +480,7 @@ fn components() -> utoipa::openapi::Components {
         .schema_from::<ModelRef<'static>>()
         .schema_from::<ReloadStatus>()
         .schema("Error", error_schema)
+        .schema("V2Error", object(vec![("error", plain(Type::String))], &[]))
         .response(
             "Timeout",
             error(

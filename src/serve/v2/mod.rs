@@ -1,0 +1,640 @@
+//! The Open Inference Protocol ("V2") over REST, with Triton's binary tensor data and
+//! classification extensions: `/v2`, `/v2/health/{live,ready}`,
+//! `/v2/models/{name}[/versions/{v}][/ready|/infer]`.
+//!
+//! This file is the wire: JSON bodies, the binary section after the JSON header
+//! (`Inference-Header-Content-Length`), and the `{"error": "..."}` answers the protocol asks for.
+//! What the tensors mean for xmc is in [`tensor`], which knows no HTTP.
+
+pub mod tensor;
+
+use super::reload::Loaded;
+use super::repository::Missing;
+use super::routes::{self, PredictRequest};
+use super::{ApiError, AppState};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rayon::prelude::*;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use tensor::{Datatype, InputTensor, OutValues, OutputRequest, OutputTensor, Query, Row, Values};
+
+/// The header that gives the JSON part's length when a binary section follows it.
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// A V2 error: a status and `{"error": message}`.
+#[derive(Debug)]
+pub struct V2Error(StatusCode, String);
+
+impl V2Error {
+    fn bad(m: impl Into<String>) -> V2Error {
+        V2Error(StatusCode::BAD_REQUEST, m.into())
+    }
+}
+
+impl IntoResponse for V2Error {
+    fn into_response(self) -> Response {
+        if self.0.is_server_error() {
+            tracing::error!(detail = %self.1, "internal error on a V2 route");
+        }
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+/// An `ApiError` from the shared prediction code as a V2 error: a refused query or option is a
+/// 400 with its message.
+fn from_api(e: ApiError) -> V2Error {
+    match e {
+        ApiError::Invalid(m) => V2Error::bad(m),
+        other => V2Error(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+    }
+}
+
+/// `GET /v2`: server metadata.
+pub async fn server_metadata() -> axum::Json<Value> {
+    axum::Json(json!({
+        "name": "xmc",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": ["binary_tensor_data", "classification"],
+    }))
+}
+
+/// `GET /v2/health/live`.
+pub async fn live() -> axum::Json<Value> {
+    axum::Json(json!({"live": true}))
+}
+
+/// `GET /v2/health/ready`: every repository model has a version serving (503 otherwise).
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let ready = state.repo.load().all_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(json!({"ready": ready}))).into_response()
+}
+
+/// A version path segment: a positive integer.
+fn parse_version(v: &str) -> Result<u64, V2Error> {
+    match v.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(V2Error::bad(format!(
+            "version {v:?} is not a positive integer"
+        ))),
+    }
+}
+
+/// The serving version `version` (or the highest) of model `name`.
+fn lookup(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Loaded>, V2Error> {
+    let v = version.map(parse_version).transpose()?;
+    state
+        .repo
+        .load()
+        .get(name, v)
+        .cloned()
+        .map_err(|m| match m {
+            Missing::Model => V2Error(
+                StatusCode::NOT_FOUND,
+                format!("no model named {name:?} is in the repository"),
+            ),
+            Missing::Version => V2Error(
+                StatusCode::NOT_FOUND,
+                format!("model {name:?} has no version {} serving", v.unwrap_or(0)),
+            ),
+            Missing::NotReady => V2Error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("model {name:?} has no version serving yet"),
+            ),
+        })
+}
+
+/// The route's model name and optional version.
+#[derive(Deserialize)]
+pub struct ModelPath {
+    name: String,
+    version: Option<String>,
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]`: the model's inputs and outputs.
+pub async fn model_metadata(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+) -> Result<axum::Json<Value>, V2Error> {
+    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
+    let versions: Vec<String> = state
+        .repo
+        .load()
+        .versions(&p.name)
+        .unwrap_or_default()
+        .iter()
+        .map(|l| l.version.to_string())
+        .collect();
+    let model = &loaded.model;
+    let tensor = |name: &str, datatype: &str, shape: Value| json!({"name": name, "datatype": datatype, "shape": shape});
+    let mut inputs = Vec::new();
+    if model.text().is_some() {
+        inputs.push(tensor(tensor::TEXT, "BYTES", json!([-1])));
+    }
+    inputs.push(tensor(tensor::FEATURE_IDS, "INT64", json!([-1])));
+    inputs.push(tensor(tensor::FEATURE_VALUES, "FP32", json!([-1])));
+    inputs.push(tensor(tensor::ROW_OFFSETS, "INT64", json!([-1])));
+    let mut outputs = vec![
+        tensor(tensor::LABELS, "INT64", json!([-1, -1])),
+        tensor(tensor::SCORES, "FP32", json!([-1, -1])),
+    ];
+    if model.label_names().is_some() {
+        outputs.push(tensor(tensor::NAMES_OUTPUT, "BYTES", json!([-1, -1])));
+    }
+    Ok(axum::Json(json!({
+        "name": p.name,
+        "versions": versions,
+        "platform": "xmc",
+        "inputs": inputs,
+        "outputs": outputs,
+    })))
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]/ready`.
+pub async fn model_ready(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+) -> Result<Response, V2Error> {
+    match lookup(&state, &p.name, p.version.as_deref()) {
+        Ok(_) => Ok(axum::Json(json!({"name": p.name, "ready": true})).into_response()),
+        Err(V2Error(StatusCode::SERVICE_UNAVAILABLE, _)) => Ok((
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"name": p.name, "ready": false})),
+        )
+            .into_response()),
+        Err(e) => Err(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InferRequest {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<RequestInput>,
+    #[serde(default)]
+    outputs: Option<Vec<RequestOutput>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestInput {
+    name: String,
+    shape: Vec<u64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Splits a body into its JSON header and binary section, as the header's length says.
+fn split_body<'a>(headers: &HeaderMap, body: &'a [u8]) -> Result<(&'a [u8], &'a [u8]), V2Error> {
+    let Some(len) = headers.get(HEADER_LENGTH) else {
+        return Ok((body, &[]));
+    };
+    let len: usize = len
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| V2Error::bad("Inference-Header-Content-Length is not a byte count"))?;
+    if len > body.len() {
+        return Err(V2Error::bad(format!(
+            "Inference-Header-Content-Length is {len}, but the body has {} bytes",
+            body.len()
+        )));
+    }
+    Ok(body.split_at(len))
+}
+
+/// A `parameters` entry that must be a non-negative integer.
+fn count_param(owner: &str, key: &str, v: &Value) -> Result<usize, V2Error> {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            V2Error::bad(format!(
+                "{owner}: parameter {key} must be a non-negative integer"
+            ))
+        })
+}
+
+/// Reads one input's elements, from its JSON `data` or its slice of the binary section.
+fn decode_input(input: RequestInput, binary: &mut &[u8]) -> Result<InputTensor, V2Error> {
+    let owner = format!("input {:?}", input.name);
+    let datatype =
+        Datatype::parse(&input.datatype).map_err(|m| V2Error::bad(format!("{owner}: {m}")))?;
+    let mut size = None;
+    for (k, v) in input.parameters.iter().flatten() {
+        match k.as_str() {
+            "binary_data_size" => size = Some(count_param(&owner, k, v)?),
+            other => {
+                return Err(V2Error::bad(format!(
+                    "{owner}: unknown parameter {other:?}"
+                )));
+            }
+        }
+    }
+    let values = match (size, input.data) {
+        (Some(_), Some(_)) => {
+            return Err(V2Error::bad(format!(
+                "{owner}: both data and binary_data_size"
+            )));
+        }
+        (None, None) => return Err(V2Error::bad(format!("{owner}: no data"))),
+        (Some(n), None) => {
+            if n > binary.len() {
+                return Err(V2Error::bad(format!(
+                    "{owner}: binary_data_size is {n}, but only {} bytes of the binary section \
+                     are left",
+                    binary.len()
+                )));
+            }
+            let (mine, rest) = binary.split_at(n);
+            *binary = rest;
+            raw_values(datatype, mine).map_err(|m| V2Error::bad(format!("{owner}: {m}")))?
+        }
+        (None, Some(data)) => {
+            json_values(datatype, data).map_err(|m| V2Error::bad(format!("{owner}: {m}")))?
+        }
+    };
+    Ok(InputTensor {
+        name: input.name,
+        datatype,
+        shape: input.shape,
+        values,
+    })
+}
+
+/// Elements from raw little-endian bytes (the binary extension): `BYTES` as 4-byte lengths
+/// each followed by that many bytes.
+fn raw_values(datatype: Datatype, raw: &[u8]) -> Result<Values, String> {
+    let Some(width) = datatype.width() else {
+        let mut out = Vec::new();
+        let mut rest = raw;
+        while !rest.is_empty() {
+            let (len, tail) = rest
+                .split_first_chunk::<4>()
+                .ok_or("a BYTES element's length prefix is cut short")?;
+            let len = u32::from_le_bytes(*len) as usize;
+            if len > tail.len() {
+                return Err("a BYTES element is longer than the bytes left".into());
+            }
+            out.push(tail[..len].to_vec());
+            rest = &tail[len..];
+        }
+        return Ok(Values::Bytes(out));
+    };
+    if raw.len() % width != 0 {
+        return Err(format!(
+            "{} bytes are not a whole number of {datatype} elements",
+            raw.len()
+        ));
+    }
+    let chunks = raw.chunks_exact(width);
+    Ok(match datatype {
+        Datatype::I32 => Values::Int(
+            chunks
+                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+        ),
+        Datatype::U32 => Values::Int(
+            chunks
+                .map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+        ),
+        Datatype::I64 => Values::Int(
+            chunks
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
+        Datatype::U64 => Values::Int(
+            chunks
+                .map(|c| {
+                    let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+                    i64::try_from(v).unwrap_or(-1)
+                })
+                .collect(),
+        ),
+        Datatype::F32 => Values::Float(
+            chunks
+                .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+        ),
+        Datatype::F64 => Values::Float(
+            chunks
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
+        other => return Err(format!("datatype {other} is not taken by any xmc input")),
+    })
+}
+
+/// Elements from JSON `data`: a flat or nested array, in row-major order.
+fn json_values(datatype: Datatype, data: Value) -> Result<Values, String> {
+    fn flatten(v: Value, out: &mut Vec<Value>) {
+        match v {
+            Value::Array(a) => a.into_iter().for_each(|x| flatten(x, out)),
+            x => out.push(x),
+        }
+    }
+    let mut flat = Vec::new();
+    flatten(data, &mut flat);
+    let bad = |i: usize, what: &str| format!("data element {i} is not {what}");
+    Ok(match datatype {
+        Datatype::Bytes => Values::Bytes(
+            flat.into_iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.into_bytes()),
+                    _ => Err(bad(i, "a string")),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Datatype::I32 | Datatype::I64 | Datatype::U32 | Datatype::U64 => Values::Int(
+            flat.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_i64()
+                        .ok_or_else(|| bad(i, "an integer that fits INT64"))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Datatype::F32 | Datatype::F64 => Values::Float(
+            flat.iter()
+                .enumerate()
+                .map(|(i, v)| v.as_f64().ok_or_else(|| bad(i, "a number")))
+                .collect::<Result<_, _>>()?,
+        ),
+        other => return Err(format!("datatype {other} is not taken by any xmc input")),
+    })
+}
+
+/// A requested output: what it asks for, and whether it comes back in the binary section.
+struct Wanted {
+    ask: OutputRequest,
+    binary: bool,
+}
+
+fn wanted_outputs(
+    req: Option<Vec<RequestOutput>>,
+    binary_default: bool,
+    has_names: bool,
+) -> Result<Vec<Wanted>, V2Error> {
+    let Some(outputs) = req else {
+        let mut all = vec![tensor::LABELS, tensor::SCORES];
+        if has_names {
+            all.push(tensor::NAMES_OUTPUT);
+        }
+        return Ok(all
+            .into_iter()
+            .map(|n| Wanted {
+                ask: OutputRequest {
+                    name: n.into(),
+                    classification: None,
+                },
+                binary: binary_default,
+            })
+            .collect());
+    };
+    outputs
+        .into_iter()
+        .map(|o| {
+            let owner = format!("output {:?}", o.name);
+            let mut w = Wanted {
+                ask: OutputRequest {
+                    name: o.name,
+                    classification: None,
+                },
+                binary: binary_default,
+            };
+            for (k, v) in o.parameters.iter().flatten() {
+                match k.as_str() {
+                    "binary_data" => {
+                        w.binary = v.as_bool().ok_or_else(|| {
+                            V2Error::bad(format!("{owner}: binary_data must be true or false"))
+                        })?
+                    }
+                    "classification" => w.ask.classification = Some(count_param(&owner, k, v)?),
+                    other => {
+                        return Err(V2Error::bad(format!(
+                            "{owner}: unknown parameter {other:?}"
+                        )));
+                    }
+                }
+            }
+            Ok(w)
+        })
+        .collect()
+}
+
+/// `POST /v2/models/{name}[/versions/{v}]/infer`.
+pub async fn infer(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, V2Error> {
+    let limit = state.cfg.body_limit_bytes;
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            V2Error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than {limit} bytes"),
+            )
+        } else {
+            V2Error::bad(r.body_text())
+        }
+    })?;
+    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
+    let (head, mut binary) = split_body(&headers, &body)?;
+    let req: InferRequest =
+        serde_json::from_slice(head).map_err(|e| V2Error::bad(format!("request JSON: {e}")))?;
+    // Request parameters: the protocol's own, and every /v1 prediction option.
+    let mut binary_default = false;
+    let mut options = Map::new();
+    for (k, v) in req.parameters.into_iter().flatten() {
+        match k.as_str() {
+            "binary_data_output" => {
+                binary_default = v
+                    .as_bool()
+                    .ok_or_else(|| V2Error::bad("binary_data_output must be true or false"))?
+            }
+            _ => {
+                options.insert(k, v);
+            }
+        }
+    }
+    let opts_req: PredictRequest = serde_json::from_value(Value::Object(options))
+        .map_err(|e| V2Error::bad(format!("parameters: {e}")))?;
+    if routes::has_query(&opts_req) {
+        return Err(V2Error::bad(
+            "parameters: features and text are inputs (tensors), not parameters",
+        ));
+    }
+    let mut opts = routes::options(&state, &opts_req).map_err(from_api)?;
+    let model = &loaded.model;
+    let has_names = model.label_names().is_some();
+    let wanted = wanted_outputs(req.outputs, binary_default, has_names)?;
+    let asks: Vec<OutputRequest> = wanted.iter().map(|w| w.ask.clone()).collect();
+    tensor::check_outputs(&asks, has_names).map_err(V2Error::bad)?;
+    if let Some(c) = asks.iter().filter_map(|a| a.classification).max() {
+        if c > state.cfg.max_k {
+            return Err(V2Error::bad(format!(
+                "classification {c} is over the server's max_k of {}",
+                state.cfg.max_k
+            )));
+        }
+        opts.k = opts.k.max(c);
+    }
+    let inputs = req
+        .inputs
+        .into_iter()
+        .map(|i| decode_input(i, &mut binary))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !binary.is_empty() {
+        return Err(V2Error::bad(format!(
+            "the binary section has {} bytes that no input's binary_data_size claims",
+            binary.len()
+        )));
+    }
+    let queries = tensor::decode_queries(inputs, model.text().is_some(), state.cfg.max_batch)
+        .map_err(V2Error::bad)?;
+    let rows = if queries.len() == 1 {
+        vec![predict_row(&loaded, &queries[0], &opts).map_err(from_api)?]
+    } else {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let l = loaded.clone();
+        state.pool.spawn(move || {
+            let out: Result<Vec<Row>, ApiError> = queries
+                .par_iter()
+                .map(|q| predict_row(&l, q, &opts))
+                .collect();
+            let _ = tx.send(out);
+        });
+        rx.await
+            .map_err(|_| {
+                V2Error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the pool dropped a batch".into(),
+                )
+            })?
+            .map_err(from_api)?
+    };
+    let names = model.label_names();
+    let outputs = tensor::encode_outputs(&rows, &asks, |l| names.and_then(|n| n.get(l as usize)));
+    let binary_flags: Vec<bool> = wanted.iter().map(|w| w.binary).collect();
+    Ok(render(
+        &p.name,
+        loaded.version,
+        req.id,
+        outputs,
+        &binary_flags,
+    ))
+}
+
+/// One query's labels and scores, through the same prediction code as `/v1`.
+fn predict_row(
+    loaded: &Loaded,
+    query: &Query,
+    opts: &crate::model::PredictOptions,
+) -> Result<Row, ApiError> {
+    let copy = |out: &crate::model::Prediction| {
+        Ok(Row {
+            labels: out.labels.iter().map(|l| l.0).collect(),
+            scores: out.scores.clone(),
+        })
+    };
+    match query {
+        Query::Features { idx, val } => routes::with_prediction(loaded, idx, val, opts, copy),
+        Query::Text(text) => routes::with_text_vector(loaded, text, |idx, val, _| {
+            routes::with_prediction(loaded, idx, val, opts, copy)
+        }),
+    }
+}
+
+/// The response: JSON, with the outputs asked for in binary after it.
+fn render(
+    name: &str,
+    version: u64,
+    id: Option<String>,
+    outputs: Vec<OutputTensor>,
+    binary: &[bool],
+) -> Response {
+    let mut section: Vec<u8> = Vec::new();
+    let mut json_outputs = Vec::with_capacity(outputs.len());
+    for (o, &bin) in outputs.iter().zip(binary) {
+        let mut entry = json!({
+            "name": o.name,
+            "datatype": o.datatype().name(),
+            "shape": o.shape,
+        });
+        if bin {
+            let before = section.len();
+            match &o.values {
+                OutValues::I64(v) => v
+                    .iter()
+                    .for_each(|x| section.extend_from_slice(&x.to_le_bytes())),
+                OutValues::F32(v) => v
+                    .iter()
+                    .for_each(|x| section.extend_from_slice(&x.to_le_bytes())),
+                OutValues::Bytes(v) => v.iter().for_each(|s| {
+                    section.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    section.extend_from_slice(s.as_bytes());
+                }),
+            }
+            entry["parameters"] = json!({"binary_data_size": section.len() - before});
+        } else {
+            entry["data"] = match &o.values {
+                OutValues::I64(v) => json!(v),
+                // Widened exactly, as /v1 writes scores.
+                OutValues::F32(v) => json!(v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()),
+                OutValues::Bytes(v) => json!(v),
+            };
+        }
+        json_outputs.push(entry);
+    }
+    let mut head = json!({
+        "model_name": name,
+        "model_version": version.to_string(),
+        "outputs": json_outputs,
+    });
+    if let Some(id) = id {
+        head["id"] = json!(id);
+    }
+    let mut body = serde_json::to_vec(&head).unwrap_or_default();
+    if section.is_empty() {
+        return ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
+    let len = HeaderValue::from(body.len());
+    body.extend_from_slice(&section);
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (header::HeaderName::from_static(HEADER_LENGTH), len),
+        ],
+        body,
+    )
+        .into_response()
+}

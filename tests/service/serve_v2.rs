@@ -1,0 +1,527 @@
+//! The model repository and the Open Inference Protocol (V2) over REST, driven through `app()`
+//! with `oneshot`: several models and versions, isolation of a corrupt version, unloading, the
+//! V2 routes with JSON and binary tensors, classification, every refused input, and V2 answering
+//! exactly what `/v1` answers.
+#![allow(clippy::unwrap_used)]
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tower::ServiceExt;
+use xmc::serve::{AppState, ServeConfig, Trigger, app, repository};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shipped text model (debian-tags-text, label names) and a small golden feature model.
+fn text_bundle() -> PathBuf {
+    root().join("models/default.xmcb")
+}
+fn feature_bundle() -> PathBuf {
+    root().join("tests/data/golden/model-v4.xmcb")
+}
+
+/// Puts `bundle` at `repo/name/version/model.xmcb`.
+fn place(repo: &Path, name: &str, version: u64, bundle: &Path) {
+    let dir = repo.join(name).join(version.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(bundle, dir.join("model.xmcb")).unwrap();
+}
+
+fn repo_config(repo: &Path) -> ServeConfig {
+    let mut cfg = ServeConfig::defaults();
+    cfg.repository = Some(repo.display().to_string());
+    cfg.poll_interval_ms = 0;
+    cfg.pool_threads = 2;
+    cfg.max_batch = 8;
+    cfg
+}
+
+async fn send(
+    state: &Arc<AppState>,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> (StatusCode, Vec<u8>, Option<usize>) {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = app(state.clone())
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let header_len = resp
+        .headers()
+        .get("inference-header-content-length")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, bytes, header_len)
+}
+
+async fn json_call(
+    state: &Arc<AppState>,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let body = body.map_or_else(Vec::new, |b| b.to_string().into_bytes());
+    let (status, bytes, _) = send(state, method, uri, &[], body).await;
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
+    (status, value)
+}
+
+fn text_infer(texts: &[&str], params: Value) -> Value {
+    json!({
+        "inputs": [{"name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts}],
+        "parameters": params,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_serves_each_model_and_version_and_isolates_a_corrupt_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    place(repo, "tags", 1, &feature_bundle());
+    place(repo, "tags", 2, &text_bundle());
+    place(repo, "small", 1, &feature_bundle());
+    std::fs::create_dir_all(repo.join(".hidden/1")).unwrap();
+    let state = AppState::new(repo_config(repo)).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    let snap = state.repo.load_full();
+    assert_eq!(snap.names(), vec!["small", "tags"]);
+    // latest:1: only tags' version 2.
+    assert_eq!(snap.versions("tags").unwrap().len(), 1);
+    let tags2 = snap.get("tags", None).unwrap().clone();
+    assert_eq!(tags2.version, 2);
+
+    // /v1 answers for the first name (small, a feature model); /v1/models/{name} for any.
+    let features = json!({"features": [[0, 1.0]], "k": 3});
+    let (s, _) = json_call(&state, "POST", "/v1/predict", Some(features.clone())).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = json!({"text": "GTK+ image viewer written in Python", "k": 3});
+    let (s, v) = json_call(&state, "POST", "/v1/models/tags/predict", Some(text)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["names"].as_array().unwrap().len(), 3);
+    let (s, v) = json_call(&state, "POST", "/v1/models/nope/predict", Some(features)).await;
+    assert_eq!(
+        (s, &v["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("unknown_model"))
+    );
+
+    // A corrupt version 3 of tags is refused and counted; tags keeps version 2, small is
+    // untouched.
+    let small = snap.get("small", None).unwrap().clone();
+    // The test's own snapshot would hold every version it lists.
+    drop(snap);
+    let dir3 = repo.join("tags/3");
+    std::fs::create_dir_all(&dir3).unwrap();
+    let bytes = std::fs::read(text_bundle()).unwrap();
+    std::fs::write(dir3.join("model.xmcb"), &bytes[..bytes.len() / 2]).unwrap();
+    let err = repository::load_now(&state, Trigger::Explicit)
+        .await
+        .unwrap_err();
+    assert!(err.contains("tags/3"), "{err}");
+    let snap = state.repo.load_full();
+    assert!(Arc::ptr_eq(snap.get("tags", None).unwrap(), &tags2));
+    assert!(Arc::ptr_eq(snap.get("small", None).unwrap(), &small));
+    let metrics = state.metrics.render();
+    assert!(
+        metrics.contains("xmc_model_load_failures_total{model=\"tags\"}"),
+        "{metrics}"
+    );
+    // The poller does not retry the same broken file.
+    let polled = repository::load_now(&state, Trigger::Poll).await.unwrap();
+    assert_eq!(polled, xmc::serve::ReloadOutcome::Unchanged);
+
+    // Version 2 removed: latest:1 falls back past the corrupt 3 to version 1, and version 2 is
+    // released once the request holding it ends.
+    let held = Arc::downgrade(&tags2);
+    drop((snap, tags2));
+    std::fs::remove_dir_all(repo.join("tags/2")).unwrap();
+    assert!(
+        repository::load_now(&state, Trigger::Explicit)
+            .await
+            .is_err()
+    );
+    assert_eq!(state.repo.load().get("tags", None).unwrap().version, 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.strong_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "version 2 never released"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    // A model's own policy: every version of small.
+    place(repo, "small", 2, &feature_bundle());
+    std::fs::write(repo.join("small/model.toml"), "version_policy = \"all\"\n").unwrap();
+    std::fs::remove_dir_all(&dir3).unwrap();
+    repository::load_now(&state, Trigger::Explicit)
+        .await
+        .unwrap();
+    let versions: Vec<u64> = state
+        .repo
+        .load()
+        .versions("small")
+        .unwrap()
+        .iter()
+        .map(|l| l.version)
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+    let (s, v) = json_call(&state, "GET", "/v2/models/small", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["versions"], json!(["1", "2"]));
+    let (s, _) = json_call(&state, "GET", "/v2/models/small/versions/1/ready", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = json_call(&state, "GET", "/v2/models/small/versions/7/ready", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+
+    // A model directory that goes away leaves the repository.
+    std::fs::remove_dir_all(repo.join("small")).unwrap();
+    repository::load_now(&state, Trigger::Explicit)
+        .await
+        .unwrap();
+    assert_eq!(state.repo.load().names(), vec!["tags"]);
+}
+
+/// A repository holding the text model as `tags` version 1 and the feature model as `small`.
+async fn two_models() -> (tempfile::TempDir, Arc<AppState>) {
+    let dir = tempfile::tempdir().unwrap();
+    place(dir.path(), "tags", 1, &text_bundle());
+    place(dir.path(), "small", 1, &feature_bundle());
+    let mut cfg = repo_config(dir.path());
+    cfg.default_model = Some("tags".into());
+    let state = AppState::new(cfg).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    (dir, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_v2_routes_answer_metadata_and_inference_in_json_and_binary() {
+    let (_dir, state) = two_models().await;
+    let (s, v) = json_call(&state, "GET", "/v2", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["name"], "xmc");
+    for path in [
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/tags/ready",
+    ] {
+        let (s, _) = json_call(&state, "GET", path, None).await;
+        assert_eq!(s, StatusCode::OK, "{path}");
+    }
+    let (s, v) = json_call(&state, "GET", "/v2/models/tags", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let inputs: Vec<&str> = v["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        inputs,
+        ["text", "feature_ids", "feature_values", "row_offsets"]
+    );
+    let (_, v) = json_call(&state, "GET", "/v2/models/small", None).await;
+    let outputs: Vec<&str> = v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["labels", "scores"], "{v}");
+
+    // Text, JSON: two rows, k = 4, every output.
+    let req = text_infer(
+        &["GTK+ image viewer written in Python", "a web browser"],
+        json!({"k": 4}),
+    );
+    let (s, v) = json_call(&state, "POST", "/v2/models/tags/infer", Some(req)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["model_name"], "tags");
+    assert_eq!(v["model_version"], "1");
+    assert_eq!(v["outputs"][0]["shape"], json!([2, 4]));
+    assert_eq!(v["outputs"][2]["name"], "names");
+
+    // Features, JSON, with a subset of outputs and classification.
+    let req = json!({
+        "id": "r1",
+        "inputs": [
+            {"name": "feature_ids", "shape": [3], "datatype": "INT32", "data": [0, 5, 9]},
+            {"name": "feature_values", "shape": [3], "datatype": "FP32", "data": [1.0, 0.5, 0.5]},
+            {"name": "row_offsets", "shape": [3], "datatype": "INT64", "data": [0, 1, 3]},
+        ],
+        "outputs": [{"name": "scores", "parameters": {"classification": 2}}, {"name": "labels"}],
+    });
+    let (s, v) = json_call(
+        &state,
+        "POST",
+        "/v2/models/small/versions/1/infer",
+        Some(req),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], "r1");
+    let class = v["outputs"][0]["data"].as_array().unwrap();
+    assert_eq!(v["outputs"][0]["shape"], json!([2, 2]));
+    let first: Vec<&str> = class[0].as_str().unwrap().split(':').collect();
+    assert_eq!(first.len(), 2, "a model without names: score:index");
+    assert_eq!(
+        first[1].parse::<i64>().unwrap(),
+        v["outputs"][1]["data"][0].as_i64().unwrap()
+    );
+
+    // Binary in and out: the text as length-prefixed BYTES, every output binary.
+    let doc = b"GTK+ image viewer written in Python";
+    let mut raw = (doc.len() as u32).to_le_bytes().to_vec();
+    raw.extend_from_slice(doc);
+    let head = json!({
+        "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                    "parameters": {"binary_data_size": raw.len()}}],
+        "parameters": {"binary_data_output": true, "k": 3},
+    })
+    .to_string();
+    let mut body = head.clone().into_bytes();
+    body.extend_from_slice(&raw);
+    let h = [("inference-header-content-length", head.len().to_string())];
+    let (s, bytes, len) = send(&state, "POST", "/v2/models/tags/infer", &h, body.clone()).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+    let len = len.unwrap();
+    let head: Value = serde_json::from_slice(&bytes[..len]).unwrap();
+    let sizes: Vec<u64> = head["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["parameters"]["binary_data_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&sizes[..2], &[24, 12]);
+    assert_eq!(bytes.len() - len, sizes.iter().sum::<u64>() as usize);
+
+    // A binary section shorter than the header says: 400.
+    let h = [(
+        "inference-header-content-length",
+        (head.to_string().len() * 4).to_string(),
+    )];
+    let (s, _, _) = send(&state, "POST", "/v2/models/tags/infer", &h, body.clone()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_v2_request_is_a_4xx_with_an_error_string() {
+    let (_dir, state) = two_models().await;
+    let text = |t: &str| json!([{"name": "text", "shape": [1], "datatype": "BYTES", "data": [t]}]);
+    let triple = |ids: Value, vals: Value, offs: Value| {
+        json!([
+            {"name": "feature_ids", "shape": [ids.as_array().unwrap().len()], "datatype": "INT64", "data": ids},
+            {"name": "feature_values", "shape": [vals.as_array().unwrap().len()], "datatype": "FP32", "data": vals},
+            {"name": "row_offsets", "shape": [offs.as_array().unwrap().len()], "datatype": "INT64", "data": offs},
+        ])
+    };
+    let cases: Vec<(&str, Value, u16)> = vec![
+        ("/v2/models/nope/infer", json!({"inputs": text("x")}), 404),
+        (
+            "/v2/models/tags/versions/9/infer",
+            json!({"inputs": text("x")}),
+            404,
+        ),
+        (
+            "/v2/models/tags/versions/zero/infer",
+            json!({"inputs": text("x")}),
+            400,
+        ),
+        ("/v2/models/tags/infer", json!({"inputs": []}), 400),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": [{"name": "txt", "shape": [1], "datatype": "BYTES", "data": ["x"]}]}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "outputs": [{"name": "probs"}]}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": [{"name": "text", "shape": [1], "datatype": "FP32", "data": [1.0]}]}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["x"]}]}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": [{"name": "text", "shape": [1, 2], "datatype": "BYTES", "data": ["x", "y"]}]}),
+            400,
+        ),
+        (
+            "/v2/models/small/infer",
+            json!({"inputs": triple(json!([1, 2]), json!([1.0]), json!([0, 2]))}),
+            400,
+        ),
+        (
+            "/v2/models/small/infer",
+            json!({"inputs": triple(json!([1, 2]), json!([1.0, 1.0]), json!([0, 3]))}),
+            400,
+        ),
+        (
+            "/v2/models/small/infer",
+            json!({"inputs": triple(json!([99999999]), json!([1.0]), json!([0, 1]))}),
+            400,
+        ),
+        ("/v2/models/small/infer", json!({"inputs": text("x")}), 400),
+        (
+            "/v2/models/small/infer",
+            json!({"inputs": triple(json!([1]), json!([1.0]), json!([0, 1])), "outputs": [{"name": "names"}]}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "parameters": {"k": 0}}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "parameters": {"kk": 1}}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "parameters": {"text": "y"}}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "outputs": [{"name": "labels", "parameters": {"classification": 1000}}]}),
+            400,
+        ),
+    ];
+    for (uri, body, want) in cases {
+        let (s, v) = json_call(&state, "POST", uri, Some(body.clone())).await;
+        assert_eq!(s.as_u16(), want, "{uri} {body}: {v}");
+        assert!(v["error"].is_string(), "{v}");
+    }
+    // Not JSON, and a body over the limit.
+    let (s, bytes, _) = send(&state, "POST", "/v2/models/tags/infer", &[], b"{".to_vec()).await;
+    assert_eq!(
+        s,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let big = vec![b' '; (1 << 20) + 1];
+    let (s, bytes, _) = send(&state, "POST", "/v2/models/tags/infer", &[], big).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(serde_json::from_slice::<Value>(&bytes).unwrap()["error"].is_string());
+}
+
+/// The vendored debian-tags-text test documents.
+fn test_documents() -> Vec<String> {
+    let file =
+        std::fs::File::open(root().join("tests/data/debian-tags-text/test.jsonl.gz")).unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_json_and_binary_answer_the_labels_and_bit_identical_scores_of_v1() {
+    let (_dir, state) = two_models().await;
+    let docs = test_documents();
+    assert!(docs.len() >= 1000, "{}", docs.len());
+    for doc in &docs {
+        let (s, v1) = json_call(
+            &state,
+            "POST",
+            "/v1/predict",
+            Some(json!({"text": doc, "k": 5})),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK);
+        let labels1: Vec<i64> = v1["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        let scores1: Vec<u32> = v1["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| (x.as_f64().unwrap() as f32).to_bits())
+            .collect();
+
+        let req = text_infer(&[doc], json!({"k": 5}));
+        let (s, v2) = json_call(&state, "POST", "/v2/models/tags/infer", Some(req)).await;
+        assert_eq!(s, StatusCode::OK);
+        let labels2: Vec<i64> = v2["outputs"][0]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .take(labels1.len())
+            .collect();
+        let scores2: Vec<u32> = v2["outputs"][1]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| (x.as_f64().unwrap() as f32).to_bits())
+            .take(labels1.len())
+            .collect();
+        assert_eq!((&labels2, &scores2), (&labels1, &scores1), "{doc}");
+
+        let head = json!({
+            "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                        "parameters": {"binary_data_size": doc.len() + 4}}],
+            "outputs": [{"name": "labels", "parameters": {"binary_data": true}},
+                        {"name": "scores", "parameters": {"binary_data": true}}],
+            "parameters": {"k": 5},
+        })
+        .to_string();
+        let mut body = head.clone().into_bytes();
+        body.extend_from_slice(&(doc.len() as u32).to_le_bytes());
+        body.extend_from_slice(doc.as_bytes());
+        let h = [("inference-header-content-length", head.len().to_string())];
+        let (s, bytes, len) = send(&state, "POST", "/v2/models/tags/infer", &h, body).await;
+        assert_eq!(s, StatusCode::OK);
+        let raw = &bytes[len.unwrap()..];
+        let width = raw.len() / 12;
+        let labels3: Vec<i64> = raw[..8 * width]
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .take(labels1.len())
+            .collect();
+        let scores3: Vec<u32> = raw[8 * width..]
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .take(labels1.len())
+            .collect();
+        assert_eq!((&labels3, &scores3), (&labels1, &scores1), "{doc}");
+    }
+}
