@@ -18,6 +18,10 @@ pub struct ServeArgs {
     /// (instead of `--model`).
     #[arg(long, conflicts_with = "model")]
     pub repository: Option<PathBuf>,
+    /// The name the `--model` bundle serves under (default: the file's stem), e.g. KServe's
+    /// InferenceService name.
+    #[arg(long, conflicts_with = "repository")]
+    pub model_name: Option<String>,
     /// The listen address, e.g. 127.0.0.1:8080.
     #[arg(long)]
     pub bind: Option<String>,
@@ -34,6 +38,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = &args.repository {
         flags.push(("repository", r.display().to_string()));
+    }
+    if let Some(n) = &args.model_name {
+        flags.push(("model_name", n.clone()));
     }
     if let Some(b) = &args.bind {
         flags.push(("bind", b.clone()));

@@ -102,6 +102,10 @@ pub struct ServeConfig {
     /// The model bundle (a file or a symlink to one), served as a repository of one model
     /// named after the file's stem, version 1; unused when `repository` is set.
     pub model: PathBuf,
+    /// The name `model` serves under (`/v2/models/{name}`, `/v1/models/{name}/predict`);
+    /// `None` (or empty text): the file's stem.
+    #[serde(deserialize_with = "text_or_none")]
+    pub model_name: Option<String>,
     /// A model repository: every `<name>/<version>/model.xmcb` under this directory is served,
     /// versions being positive integers (Triton's layout); `None` (or empty text) serves `model`.
     #[serde(deserialize_with = "text_or_none")]
@@ -171,6 +175,7 @@ impl ServeConfig {
             repository: None,
             version_policy: "latest:1".into(),
             default_model: None,
+            model_name: None,
             poll_interval_ms: 1000,
             pool_threads: 0,
             single_predict: SinglePredict::Inline,
@@ -254,6 +259,14 @@ impl ServeConfig {
         if let Some(m) = &self.metrics_bind {
             if m.parse::<std::net::SocketAddr>().is_err() {
                 return bad("metrics_bind", "not an address like 127.0.0.1:9090");
+            }
+        }
+        if let Some(n) = &self.model_name {
+            if !super::repository::valid_name(n) {
+                return bad(
+                    "model_name",
+                    "not a model name (ASCII letters, digits, '-', '_' and '.', not starting with '.')",
+                );
             }
         }
         if let Err(m) = self.version_policy.parse::<VersionPolicy>() {
@@ -461,6 +474,18 @@ mod tests {
             let env = vec![("XMC_VERSION_POLICY".to_string(), bad.to_string())];
             let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
             assert!(err.contains("version_policy"), "{err}");
+        }
+    }
+
+    #[test]
+    fn model_name_must_be_a_url_segment() {
+        let env = vec![("XMC_MODEL_NAME".to_string(), "tags-en".to_string())];
+        let cfg = ServeConfig::load(None, &env, &[]).unwrap();
+        assert_eq!(cfg.model_name.as_deref(), Some("tags-en"));
+        for bad in ["a/b", ".hidden", "two words"] {
+            let env = vec![("XMC_MODEL_NAME".to_string(), bad.to_string())];
+            let err = ServeConfig::load(None, &env, &[]).unwrap_err().to_string();
+            assert!(err.contains("model_name"), "{bad}: {err}");
         }
     }
 

@@ -112,13 +112,20 @@ fn layout(cfg: &ServeConfig) -> Layout {
     match &cfg.repository {
         Some(dir) => Layout::Dir(PathBuf::from(dir)),
         None => Layout::File {
-            name: file_model_name(&cfg.model),
+            name: single_model_name(cfg),
             path: cfg.model.clone(),
         },
     }
 }
 
-/// The name `--model FILE` serves under: the file's stem (`models/default.xmcb` is `default`).
+/// The name `--model FILE` serves under: `model_name`, or else the file's stem.
+pub fn single_model_name(cfg: &ServeConfig) -> String {
+    cfg.model_name
+        .clone()
+        .unwrap_or_else(|| file_model_name(&cfg.model))
+}
+
+/// A bundle file's model name: the file's stem (`models/default.xmcb` is `default`).
 pub fn file_model_name(path: &Path) -> String {
     path.file_stem()
         .and_then(|s| s.to_str())

@@ -97,7 +97,7 @@ impl AppState {
     /// (`None`) the first name in sorted order.
     pub(crate) fn default_name(&self) -> Option<String> {
         match &self.cfg.repository {
-            None => Some(repository::file_model_name(&self.cfg.model)),
+            None => Some(repository::single_model_name(&self.cfg)),
             Some(_) => self.cfg.default_model.clone(),
         }
     }

@@ -15,6 +15,7 @@ mod deploy_metrics;
 mod doc_links;
 mod eval_cli;
 mod house_limits;
+mod kserve;
 mod openapi;
 mod predict_cli;
 mod serve_api;
