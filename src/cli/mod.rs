@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Trains a model and writes its bundle (or, with plan, shard and merge, trains it in shards).
-    Train(train::TrainCommand),
+    Train(shard::TrainCommand),
     /// Writes the top-k labels of every point of a data file.
     Predict(predict::PredictArgs),
     /// Scores a model on labelled data, or a prediction file against the truth.
@@ -45,7 +45,7 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Train(cmd) => train::run_command(cmd),
+        Command::Train(cmd) => shard::run_command(cmd),
         Command::Predict(args) => predict::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -5,7 +5,7 @@
 //! the data; `merge` checks the shards against the plan and writes the bundle `xmc train` would
 //! have written. [`crate::train::shard`] has the details.
 
-use super::train::{data_format, init_threads, load_data, names_beside, xc_inputs};
+use super::train::{TrainArgs, data_format, init_threads, load_data, names_beside, xc_inputs};
 use crate::config::TrainConfig;
 use crate::data::{self, Dataset};
 use crate::text::jsonl::DataFormat;
@@ -14,6 +14,30 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// `xmc train`: one process, or one of the steps of training in shards.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct TrainCommand {
+    /// A step of training across processes (plan, shard, merge); none trains here.
+    #[command(subcommand)]
+    pub step: Option<Step>,
+    /// The arguments of training in this process.
+    #[command(flatten)]
+    pub args: Option<TrainArgs>,
+}
+
+/// Runs `xmc train` or one of its steps.
+pub fn run_command(cmd: TrainCommand) -> anyhow::Result<()> {
+    match (cmd.step, cmd.args) {
+        (Some(step), _) => run(step),
+        (None, Some(args)) => super::train::run(args),
+        (None, None) => anyhow::bail!(
+            "xmc train needs --train DATA and --out MODEL, or one of its steps: plan, shard, merge \
+             (see xmc train --help)"
+        ),
+    }
+}
 
 /// The steps of training in shards.
 #[derive(Debug, Subcommand)]

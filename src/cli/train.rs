@@ -16,30 +16,6 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// `xmc train`: one process, or one of the steps of training in shards.
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct TrainCommand {
-    /// A step of training across processes (plan, shard, merge); none trains here.
-    #[command(subcommand)]
-    pub step: Option<super::shard::Step>,
-    /// The arguments of training in this process.
-    #[command(flatten)]
-    pub args: Option<TrainArgs>,
-}
-
-/// Runs `xmc train` or one of its steps.
-pub fn run_command(cmd: TrainCommand) -> anyhow::Result<()> {
-    match (cmd.step, cmd.args) {
-        (Some(step), _) => super::shard::run(step),
-        (None, Some(args)) => run(args),
-        (None, None) => anyhow::bail!(
-            "xmc train needs --train DATA and --out MODEL, or one of its steps: plan, shard, merge \
-             (see xmc train --help)"
-        ),
-    }
-}
-
 /// Arguments of `xmc train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
