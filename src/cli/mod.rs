@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod predict;
 mod progress;
 pub mod serve;
+pub mod shard;
 pub mod sweep;
 pub mod train;
 
@@ -24,8 +25,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Trains a model and writes its bundle.
-    Train(train::TrainArgs),
+    /// Trains a model and writes its bundle (or, with plan, shard and merge, trains it in shards).
+    Train(shard::TrainCommand),
     /// Writes the top-k labels of every point of a data file.
     Predict(predict::PredictArgs),
     /// Scores a model on labelled data, or a prediction file against the truth.
@@ -44,7 +45,7 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Train(args) => train::run(args),
+        Command::Train(cmd) => shard::run_command(cmd),
         Command::Predict(args) => predict::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Inspect(args) => inspect::run(args),

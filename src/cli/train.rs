@@ -52,7 +52,7 @@ pub struct TrainArgs {
 }
 
 /// Finds `{stem}.txt` or `{stem}.txt.gz` beside the training file.
-fn names_beside(train: &Path, stem: &str) -> Option<PathBuf> {
+pub(crate) fn names_beside(train: &Path, stem: &str) -> Option<PathBuf> {
     let dir = train.parent()?;
     [format!("{stem}.txt"), format!("{stem}.txt.gz")]
         .iter()

@@ -348,6 +348,18 @@ pub fn train_columns(
     positives: &[Vec<u32>],
     params: &SolverParams,
 ) -> Result<Vec<LinearColumn>, SolverError> {
+    train_columns_numbered(x, positives, params, |j| j as u64)
+}
+
+/// [`train_columns`] for some columns of a larger problem: entry j of `positives` is column
+/// `number(j)` of it, whose seed it takes, so that each column is trained exactly as it would be
+/// among all of them (sharded training splits one node's columns between processes).
+pub fn train_columns_numbered(
+    x: &SparseMatrix,
+    positives: &[Vec<u32>],
+    params: &SolverParams,
+    number: impl Fn(usize) -> u64 + Sync,
+) -> Result<Vec<LinearColumn>, SolverError> {
     check_params(params)?;
     check_positives(positives, x.rows())?;
     let problem = Problem::new(x)?;
@@ -356,7 +368,7 @@ pub fn train_columns(
         .enumerate()
         .with_max_len(1)
         .map(|(j, pos)| {
-            let seed = derive_seed(params.seed, j as u64);
+            let seed = derive_seed(params.seed, number(j));
             let solve = |ws: &mut dual::Workspace| match params.method {
                 Method::PpdSparse => ppdsparse::solve(&problem, pos, params, seed, ws),
                 Method::Reference => reference::solve(&problem, pos, params, seed, ws),

@@ -6,6 +6,7 @@
 
 pub mod bp;
 mod rerank;
+pub mod shard;
 
 use crate::bundle::{BundleWriter, FormatError};
 use crate::cluster::SplitStrategy;
@@ -183,34 +184,7 @@ pub fn train(
     inputs: TrainInputs,
     progress: &dyn Progress,
 ) -> Result<Trained, TrainError> {
-    if ds.n_labels() == 0 {
-        return Err(TrainError::Data("the data has no labels (L = 0)".into()));
-    }
-    if ds.n_points() == 0 {
-        return Err(TrainError::Data("the data has no points".into()));
-    }
-    for (names, n, what) in [
-        (&inputs.label_names, ds.n_labels(), "label"),
-        (&inputs.feature_names, ds.n_features(), "feature"),
-    ] {
-        if let Some(names) = names.as_ref().filter(|names| names.len() != n) {
-            return Err(TrainError::Data(format!(
-                "{} {what} names for {n} {what}s",
-                names.len()
-            )));
-        }
-    }
-    if let Some(text) = inputs
-        .text
-        .as_ref()
-        .filter(|t| t.idf.len() != ds.n_features())
-    {
-        return Err(TrainError::Data(format!(
-            "the text vectorizer has {} terms for {} features",
-            text.idf.len(),
-            ds.n_features()
-        )));
-    }
+    check_inputs(ds, &inputs)?;
     let mut seconds = serde_json::Map::new();
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
@@ -249,6 +223,85 @@ pub fn train(
         seconds.insert("refrag".into(), start.elapsed().as_secs_f64().into());
         p
     });
+    let mut trained = assemble(
+        ds,
+        cfg,
+        inputs,
+        Parts {
+            trees,
+            tree_stats,
+            bp,
+            defrag,
+            prototypes,
+            seconds,
+        },
+    );
+    if cfg.rerank.on() {
+        let start = Instant::now();
+        trained.rerank = Some(rerank::train_rerank(&mut trained, ds, cfg, progress)?);
+        trained
+            .meta
+            .created
+            .seconds
+            .insert("rerank".into(), start.elapsed().as_secs_f64().into());
+    }
+    trained.meta.version = content_hash(&trained)?;
+    Ok(trained)
+}
+
+/// Refuses data that cannot train a model, and names or a vectorizer that do not fit it.
+fn check_inputs(ds: &Dataset, inputs: &TrainInputs) -> Result<(), TrainError> {
+    if ds.n_labels() == 0 {
+        return Err(TrainError::Data("the data has no labels (L = 0)".into()));
+    }
+    if ds.n_points() == 0 {
+        return Err(TrainError::Data("the data has no points".into()));
+    }
+    for (names, n, what) in [
+        (&inputs.label_names, ds.n_labels(), "label"),
+        (&inputs.feature_names, ds.n_features(), "feature"),
+    ] {
+        if let Some(names) = names.as_ref().filter(|names| names.len() != n) {
+            return Err(TrainError::Data(format!(
+                "{} {what} names for {n} {what}s",
+                names.len()
+            )));
+        }
+    }
+    if let Some(text) = inputs
+        .text
+        .as_ref()
+        .filter(|t| t.idf.len() != ds.n_features())
+    {
+        return Err(TrainError::Data(format!(
+            "the text vectorizer has {} terms for {} features",
+            text.idf.len(),
+            ds.n_features()
+        )));
+    }
+    Ok(())
+}
+
+/// The trained parts of a model, before its metadata.
+struct Parts {
+    trees: Vec<TreeArrays<Vec<u32>, Vec<f32>>>,
+    tree_stats: Vec<serde_json::Value>,
+    bp: Option<bp::BpTrained>,
+    defrag: Vec<DefragArrays>,
+    prototypes: Option<Prototypes>,
+    seconds: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The model of `parts` with its metadata, but for the content version (and the reranker).
+fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) -> Trained {
+    let Parts {
+        trees,
+        tree_stats,
+        bp,
+        defrag,
+        prototypes,
+        seconds,
+    } = parts;
     let label_counts = crate::data::label_counts(&ds.labels);
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
@@ -285,7 +338,7 @@ pub fn train(
             seconds,
         },
     };
-    let mut trained = Trained {
+    Trained {
         trees,
         bp: bp.map(|b| b.arrays),
         defrag,
@@ -296,18 +349,7 @@ pub fn train(
         feature_names: inputs.feature_names,
         text: inputs.text,
         meta,
-    };
-    if cfg.rerank.on() {
-        let start = Instant::now();
-        trained.rerank = Some(rerank::train_rerank(&mut trained, ds, cfg, progress)?);
-        trained
-            .meta
-            .created
-            .seconds
-            .insert("rerank".into(), start.elapsed().as_secs_f64().into());
     }
-    trained.meta.version = content_hash(&trained)?;
-    Ok(trained)
 }
 
 /// The label trees of a model without BP: every member's partition, then every member's
@@ -321,6 +363,50 @@ fn train_trees(
     tree_stats: &mut Vec<serde_json::Value>,
     defrag: &mut Vec<DefragArrays>,
 ) -> Result<(), TrainError> {
+    let (seeds, members) = partition_members(ds, cfg, progress, seconds)?;
+    let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
+    progress.phase("classifiers", n_nodes as u64);
+    let trained: Vec<OneTree> = members
+        .par_iter()
+        .zip(&seeds)
+        .enumerate()
+        .map(|(t, (m, &seed))| {
+            let member_ds = m.defrag.as_ref().map_or(ds, |b| &b.dataset);
+            tree_classifiers(member_ds, cfg, &m.layout, seed, &|| progress.step())
+                .map_err(|e| e.for_tree(t))
+        })
+        .collect::<Result<_, _>>()?;
+    for (t, (m, one)) in members.into_iter().zip(trained).enumerate() {
+        if let Some(built) = &m.defrag {
+            seconds.insert(
+                format!("tree{t}_defrag_clustering"),
+                built.arrays.cluster_seconds.into(),
+            );
+            seconds.insert(format!("tree{t}_defrag"), m.defrag_s.into());
+        }
+        seconds.insert(format!("tree{t}_partition"), m.partition_s.into());
+        seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
+        let mut stats = one.stats;
+        if let Some(built) = m.defrag {
+            if let Some(obj) = stats.as_object_mut() {
+                obj.insert("defrag".into(), defrag_stats(&built.arrays));
+            }
+            defrag.push(built.arrays);
+        }
+        tree_stats.push(stats);
+        trees.push(one.arrays);
+    }
+    Ok(())
+}
+
+/// Every ensemble member's seed and partition (with its DEFRAG clustering when on); the shared
+/// embeddings' time goes into `seconds`.
+fn partition_members(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    progress: &dyn Progress,
+    seconds: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<(Vec<u64>, Vec<Member>), TrainError> {
     // λ = 0 is Parabel's balanced split, taken by its own code path so that such trees stay
     // exactly what they were before the λ split existed.
     let weighted = cfg.model == ModelKind::Tree && cfg.lambda > 0.0;
@@ -357,40 +443,7 @@ fn train_trees(
             member
         })
         .collect::<Result<_, _>>()?;
-    drop(shared);
-    let n_nodes: usize = members.iter().map(|m| m.layout.n_nodes()).sum();
-    progress.phase("classifiers", n_nodes as u64);
-    let trained: Vec<OneTree> = members
-        .par_iter()
-        .zip(&seeds)
-        .enumerate()
-        .map(|(t, (m, &seed))| {
-            let member_ds = m.defrag.as_ref().map_or(ds, |b| &b.dataset);
-            tree_classifiers(member_ds, cfg, &m.layout, seed, &|| progress.step())
-                .map_err(|e| e.for_tree(t))
-        })
-        .collect::<Result<_, _>>()?;
-    for (t, (m, one)) in members.into_iter().zip(trained).enumerate() {
-        if let Some(built) = &m.defrag {
-            seconds.insert(
-                format!("tree{t}_defrag_clustering"),
-                built.arrays.cluster_seconds.into(),
-            );
-            seconds.insert(format!("tree{t}_defrag"), m.defrag_s.into());
-        }
-        seconds.insert(format!("tree{t}_partition"), m.partition_s.into());
-        seconds.insert(format!("tree{t}_classifiers"), one.classifiers_s.into());
-        let mut stats = one.stats;
-        if let Some(built) = m.defrag {
-            if let Some(obj) = stats.as_object_mut() {
-                obj.insert("defrag".into(), defrag_stats(&built.arrays));
-            }
-            defrag.push(built.arrays);
-        }
-        tree_stats.push(stats);
-        trees.push(one.arrays);
-    }
-    Ok(())
+    Ok((seeds, members))
 }
 
 /// One trained tree, with its statistics and timings.
@@ -533,7 +586,17 @@ fn tree_classifiers(
     let arrays = train_tree(ds, layout, &solver, negatives, on_node_done)
         .map_err(OneTreeError::Classifiers)?;
     let classifiers_s = start.elapsed().as_secs_f64();
-    let stats = serde_json::json!({
+    Ok(OneTree {
+        stats: tree_stats(layout, &arrays),
+        arrays,
+        partition_s: 0.0,
+        classifiers_s,
+    })
+}
+
+/// A tree's node, leaf, depth and weight counts, for the metadata's `tree_stats`.
+fn tree_stats(layout: &TreeLayout, arrays: &TreeArrays<Vec<u32>, Vec<f32>>) -> serde_json::Value {
+    serde_json::json!({
         "nodes": layout.n_nodes(),
         "leaves": (0..layout.n_nodes()).filter(|&i| layout.is_leaf(i)).count(),
         "leaf_depth_histogram": layout
@@ -542,12 +605,6 @@ fn tree_classifiers(
             .map(|d| d.leaves)
             .collect::<Vec<_>>(),
         "weights": arrays.chunks.n_weights(),
-    });
-    Ok(OneTree {
-        arrays,
-        stats,
-        partition_s: 0.0,
-        classifiers_s,
     })
 }
 

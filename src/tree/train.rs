@@ -14,7 +14,9 @@ use super::chunk::{ChunkError, ChunksBuilder};
 use super::layout::TreeLayout;
 use super::view::TreeArrays;
 use crate::data::{Dataset, SparseMatrix, row_slices};
-use crate::linear::{LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns};
+use crate::linear::{
+    LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns_numbered,
+};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -142,7 +144,8 @@ pub enum Negatives {
     },
 }
 
-/// One node's classifiers over `rows` (sorted point ids), in the original feature ids.
+/// One node's classifiers over `rows` (sorted point ids), in the original feature ids: all of
+/// them, or only the outputs `outputs` (increasing output numbers below the node's count).
 fn train_node(
     ds: &Dataset,
     layout: &TreeLayout,
@@ -150,10 +153,18 @@ fn train_node(
     node: usize,
     rows: &[u32],
     tfn: &[Vec<u32>],
+    outputs: Option<&[u32]>,
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
     let (x, features) = select_rows_compact(&ds.features, rows);
-    let positives = node_positives(layout, ds, node, rows, tfn);
-    train_columns(&x, &positives, solver)
+    let mut positives = node_positives(layout, ds, node, rows, tfn);
+    if let Some(outputs) = outputs {
+        positives = outputs
+            .iter()
+            .map(|&o| std::mem::take(&mut positives[o as usize]))
+            .collect();
+    }
+    let number = |j: usize| outputs.map_or(j as u64, |o| u64::from(o[j]));
+    train_columns_numbered(&x, &positives, solver, number)
         .map(|mut cols| {
             for col in &mut cols {
                 for j in &mut col.indices {
@@ -163,6 +174,21 @@ fn train_node(
             cols
         })
         .map_err(|source| TreeTrainError::Solver { node, source })
+}
+
+/// The classifiers of the outputs `outputs` (increasing, each below the node's output count) of
+/// `node`, over its teacher-forced points `tfn` ([`TreeLayout::points_per_node`]): each one the
+/// same as [`train_tree`] trains with [`Negatives::TeacherForced`], so that processes can share a
+/// tree's nodes and outputs between them.
+pub(crate) fn train_node_outputs(
+    ds: &Dataset,
+    layout: &TreeLayout,
+    solver: &SolverParams,
+    node: usize,
+    outputs: &[u32],
+    tfn: &[Vec<u32>],
+) -> Result<Vec<LinearColumn>, TreeTrainError> {
+    train_node(ds, layout, solver, node, &tfn[node], tfn, Some(outputs))
 }
 
 /// Trains every node classifier of `layout` on `ds` and lays the tree out for storage.
@@ -178,7 +204,7 @@ pub fn train_tree(
         Negatives::TeacherForced => (0..layout.n_nodes())
             .into_par_iter()
             .map(|node| {
-                let cols = train_node(ds, layout, solver, node, &tfn[node], &tfn);
+                let cols = train_node(ds, layout, solver, node, &tfn[node], &tfn, None);
                 on_node_done();
                 cols
             })
@@ -221,7 +247,7 @@ fn train_with_matcher(
             .into_par_iter()
             .map(|node| {
                 let rows = union_sorted(&tfn[node], reached[node].iter().map(|&(p, _)| p));
-                let cols = train_node(ds, layout, solver, node, &rows, tfn);
+                let cols = train_node(ds, layout, solver, node, &rows, tfn, None);
                 on_node_done();
                 cols
             })
@@ -320,7 +346,7 @@ pub(crate) fn union_sorted(a: &[u32], b: impl Iterator<Item = u32>) -> Vec<u32> 
 }
 
 /// Lays trained node classifiers out as the stored tree arrays.
-fn lay_out(
+pub(crate) fn lay_out(
     layout: &TreeLayout,
     columns: &[Vec<LinearColumn>],
 ) -> Result<TreeArrays<Vec<u32>, Vec<f32>>, TreeTrainError> {

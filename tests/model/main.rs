@@ -25,6 +25,7 @@ mod model_e2e;
 mod model_golden;
 mod rerank;
 mod search_exact;
+mod sharded;
 mod text;
 mod text_reference;
 mod tree_build;

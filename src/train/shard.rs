@@ -1,0 +1,826 @@
+//! Training across processes: a plan computed once, shards trained apart, and a merge that writes
+//! the bundle that one `train` call would have written.
+//!
+//! The plan holds what every shard must agree on: the configuration, the identity of the training
+//! data, every ensemble member's label tree (the partition is computed once), and the work cut
+//! into units with an estimated cost. A unit is one output of an internal node (a child's
+//! classifier), one label of a flat model, or a whole leaf of a tree (its label classifiers share
+//! one problem). Shard `i` of `n` trains the units that a longest-first greedy assignment of the
+//! costs gives it, so shards get equal estimated work, not equal counts.
+//!
+//! Every classifier draws its random numbers from its member's seed and its own output number, and
+//! sees the same points as in one process (teacher-forced negatives), so a column trained by a
+//! shard is the column `train` trains; the merge lays them out in the same order, and the bundle
+//! is the same bytes but for the creation record in its metadata.
+//!
+//! Plans and shards are bundle files (checksummed sections, written atomically), so a shard that
+//! fails leaves nothing behind, and a damaged one is refused by its checksums.
+
+use super::{Parts, TrainError, TrainInputs, Trained, assemble, content_hash, tree_stats};
+use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
+use crate::config::{ModelKind, TrainConfig, TreeNegatives};
+use crate::data::{Dataset, LabelId, row_slices};
+use crate::linear::LinearColumn;
+use crate::tree::layout::TreeLayout;
+use crate::tree::train::{lay_out, train_node_outputs};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use thiserror::Error;
+
+/// The `format` of a plan file.
+pub const PLAN_FORMAT: &str = "xmc-train-plan/1";
+/// The `format` of a shard file.
+pub const SHARD_FORMAT: &str = "xmc-train-shard/1";
+
+const PLAN: &str = "plan";
+const UNITS: &str = "units";
+const UNIT_COSTS: &str = "unit_costs";
+const SHARD: &str = "shard";
+const COLUMNS: &str = "columns";
+const BIAS: &str = "bias";
+const STARTS: &str = "starts";
+const INDICES: &str = "indices";
+const VALUES: &str = "values";
+const LAYOUT_PARTS: [&str; 5] = [
+    "first_child",
+    "n_children",
+    "depth",
+    "label_offsets",
+    "labels",
+];
+
+/// Why a plan, a shard or a merge failed.
+#[derive(Debug, Error)]
+pub enum ShardError {
+    /// The configuration cannot be trained in shards.
+    #[error("sharded training does not support {0}; train this model with `xmc train`")]
+    Unsupported(String),
+    /// A plan or shard file cannot be read or is not what it claims.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The data differs from the data the plan was made on.
+    #[error("{0}")]
+    OtherData(String),
+    /// The shard files given to the merge do not make up the plan's shards exactly once.
+    #[error("{0}")]
+    Shards(String),
+    /// Training failed.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    /// A file could not be written.
+    #[error(transparent)]
+    Bundle(#[from] FormatError),
+}
+
+fn file_err(path: &Path, reason: impl std::fmt::Display) -> ShardError {
+    ShardError::File {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// What identifies the training data: SHA-256 digests of the files and the data's shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataId {
+    /// The training file's bytes.
+    pub train_sha256: String,
+    /// The label and feature names files' bytes (`none` for an absent one), in that order.
+    pub names_sha256: String,
+    /// Points, features and labels.
+    pub shape: [usize; 3],
+}
+
+impl DataId {
+    /// The identity of `ds`, read from `train`, with the names files `names` (labels, features).
+    pub fn of(ds: &Dataset, train: &Path, names: [Option<&Path>; 2]) -> Result<DataId, ShardError> {
+        let mut h = Sha256::new();
+        for path in names {
+            match path {
+                Some(p) => h.update(file_sha256(p)?.as_bytes()),
+                None => h.update(b"none"),
+            }
+            h.update(b"\n");
+        }
+        Ok(DataId {
+            train_sha256: file_sha256(train)?,
+            names_sha256: hex(&h.finalize()),
+            shape: [ds.n_points(), ds.n_features(), ds.n_labels()],
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of a file's bytes, read in blocks.
+fn file_sha256(path: &Path) -> Result<String, ShardError> {
+    let mut file = std::fs::File::open(path).map_err(|e| file_err(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| file_err(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// One piece of work: outputs `first..first + count` of node `node` of tree `tree`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unit {
+    /// The ensemble member.
+    pub tree: u32,
+    /// The node.
+    pub node: u32,
+    /// Its first output.
+    pub first: u32,
+    /// How many outputs.
+    pub count: u32,
+}
+
+/// The plan's JSON section.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlanMeta {
+    /// [`PLAN_FORMAT`].
+    pub format: String,
+    /// A digest of the data identity, the configuration, the trees and the units: what every
+    /// shard and the merge check.
+    pub id: String,
+    /// The data the plan was made on.
+    pub data: DataId,
+    /// The configuration every step trains with.
+    pub config: TrainConfig,
+    /// Wall-clock seconds of the plan's steps.
+    pub seconds: BTreeMap<String, f64>,
+}
+
+/// What is computed once: the trees and the costed units.
+#[derive(Debug)]
+pub struct Plan {
+    /// The JSON section.
+    pub meta: PlanMeta,
+    /// Every member's label tree (a flat model's single leaf).
+    pub layouts: Vec<TreeLayout>,
+    /// The work, in (tree, node, output) order.
+    pub units: Vec<Unit>,
+    /// Each unit's estimated cost.
+    pub costs: Vec<u64>,
+}
+
+/// Refuses what the shards cannot train exactly as one process does.
+fn check_config(cfg: &TrainConfig) -> Result<(), ShardError> {
+    let refuse = |what: &str| Err(ShardError::Unsupported(what.to_string()));
+    if cfg.bp {
+        return refuse("BP (bp = true)");
+    }
+    if cfg.defrag.on() || cfg.defrag.refrag {
+        return refuse("DEFRAG or REFRAG");
+    }
+    if cfg.rerank.on() {
+        return refuse("a reranker (rerank_model)");
+    }
+    if cfg.negatives == TreeNegatives::Man {
+        return refuse("matcher-aware negatives (negatives = man)");
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// Computes the plan of training `ds` (rows normalized as the config says) with `cfg`.
+    pub fn make(ds: &Dataset, cfg: &TrainConfig, data: DataId) -> Result<Plan, ShardError> {
+        check_config(cfg)?;
+        super::check_inputs(ds, &TrainInputs::default())?;
+        let mut seconds = serde_json::Map::new();
+        let start = Instant::now();
+        let (_, members) = super::partition_members(ds, cfg, &super::Quiet, &mut seconds)?;
+        let layouts: Vec<TreeLayout> = members.into_iter().map(|m| m.layout).collect();
+        let partition_s = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let row_nnz: Vec<u64> = (0..ds.n_points())
+            .map(|i| row_slices(&ds.features, i).0.len() as u64)
+            .collect();
+        let mut label_nnz = vec![0u64; ds.n_labels()];
+        for (p, &nnz) in row_nnz.iter().enumerate() {
+            for &l in ds.label_row(p) {
+                label_nnz[l as usize] += nnz;
+            }
+        }
+        let mut units = Vec::new();
+        let mut costs = Vec::new();
+        for (t, layout) in layouts.iter().enumerate() {
+            let node_nnz: Vec<u64> = layout
+                .points_per_node(ds)
+                .iter()
+                .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
+                .collect();
+            for node in 0..layout.n_nodes() {
+                let unit = |first: usize, count: usize| Unit {
+                    tree: t as u32,
+                    node: node as u32,
+                    first: first as u32,
+                    count: count as u32,
+                };
+                let labels = layout.labels_of(node);
+                if layout.is_leaf(node) && cfg.model == ModelKind::Tree {
+                    // A leaf's labels share one problem over its points: one unit.
+                    units.push(unit(0, labels.len()));
+                    costs.push(
+                        node_nnz[node]
+                            + labels.iter().map(|l| label_nnz[l.0 as usize]).sum::<u64>(),
+                    );
+                } else if layout.is_leaf(node) {
+                    let base = node_nnz[node] / labels.len().max(1) as u64;
+                    for (k, l) in labels.iter().enumerate() {
+                        units.push(unit(k, 1));
+                        costs.push(base + label_nnz[l.0 as usize]);
+                    }
+                } else {
+                    let children = layout.children(node);
+                    let base = node_nnz[node] / children.len().max(1) as u64;
+                    for (k, c) in children.enumerate() {
+                        units.push(unit(k, 1));
+                        costs.push(base + node_nnz[c]);
+                    }
+                }
+            }
+        }
+        let mut meta = PlanMeta {
+            format: PLAN_FORMAT.to_string(),
+            id: String::new(),
+            data,
+            config: cfg.clone(),
+            seconds: [
+                ("partition".to_string(), partition_s),
+                ("costs".to_string(), start.elapsed().as_secs_f64()),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let mut plan = Plan {
+            meta: meta.clone(),
+            layouts,
+            units,
+            costs,
+        };
+        meta.id = plan.digest()?;
+        plan.meta = meta;
+        Ok(plan)
+    }
+
+    /// The plan's id: a digest of its data identity, configuration, trees and units.
+    fn digest(&self) -> Result<String, ShardError> {
+        let mut h = Sha256::new();
+        // Plain data structures: serializing them cannot fail.
+        h.update(serde_json::to_vec(&self.meta.data).unwrap_or_default());
+        h.update(serde_json::to_vec(&self.meta.config).unwrap_or_default());
+        let units = self.unit_array();
+        let mut w = BundleWriter::new();
+        w.add_u32(UNITS, &units)?;
+        w.add_u64(UNIT_COSTS, &self.costs)?;
+        let parts = self.layout_arrays();
+        add_layouts(&mut w, &parts)?;
+        h.update(w.to_bytes()?);
+        Ok(hex(&h.finalize()[..16]))
+    }
+
+    fn unit_array(&self) -> Vec<u32> {
+        self.units
+            .iter()
+            .flat_map(|u| [u.tree, u.node, u.first, u.count])
+            .collect()
+    }
+
+    fn layout_arrays(&self) -> Vec<(String, Vec<u32>)> {
+        let mut out = Vec::new();
+        for (t, l) in self.layouts.iter().enumerate() {
+            let labels: Vec<u32> = l.leaf_labels().iter().map(|l| l.0).collect();
+            let arrays = [
+                l.first_child_array().to_vec(),
+                l.n_children_array().to_vec(),
+                l.depth_array().to_vec(),
+                l.label_offsets_array().to_vec(),
+                labels,
+            ];
+            for (part, a) in LAYOUT_PARTS.iter().zip(arrays) {
+                out.push((format!("tree{t}.{part}"), a));
+            }
+        }
+        out
+    }
+
+    /// Writes the plan atomically to `path`.
+    pub fn write(&self, path: &Path) -> Result<u64, ShardError> {
+        let units = self.unit_array();
+        let parts = self.layout_arrays();
+        let mut w = BundleWriter::new();
+        w.add_json(PLAN, &self.meta)?;
+        w.add_u32(UNITS, &units)?;
+        w.add_u64(UNIT_COSTS, &self.costs)?;
+        add_layouts(&mut w, &parts)?;
+        Ok(w.write_atomic(path)?)
+    }
+
+    /// Reads and checks a plan file.
+    pub fn read(path: &Path) -> Result<Plan, ShardError> {
+        let bad = |reason: String| file_err(path, format!("not a usable plan file: {reason}"));
+        let b = open_verified(path).map_err(|e| bad(e.to_string()))?;
+        let meta: PlanMeta = b.json(PLAN).map_err(|e| bad(e.to_string()))?;
+        if meta.format != PLAN_FORMAT {
+            return Err(bad(format!(
+                "format {:?}, expected {PLAN_FORMAT:?}",
+                meta.format
+            )));
+        }
+        let n_labels = meta.data.shape[2];
+        let mut layouts = Vec::new();
+        for t in 0..meta.config.trees {
+            let get = |part: &str| -> Result<Vec<u32>, ShardError> {
+                Ok(b.u32s(&format!("tree{t}.{part}"))
+                    .map_err(|e| bad(e.to_string()))?
+                    .as_slice()
+                    .to_vec())
+            };
+            let layout = TreeLayout::from_parts(
+                get("first_child")?,
+                get("n_children")?,
+                get("depth")?,
+                get("label_offsets")?,
+                get("labels")?.into_iter().map(LabelId).collect(),
+                n_labels,
+            )
+            .map_err(|e| bad(format!("tree {t}: {e}")))?;
+            layouts.push(layout);
+        }
+        let raw = b.u32s(UNITS).map_err(|e| bad(e.to_string()))?;
+        let costs = b
+            .u64s(UNIT_COSTS)
+            .map_err(|e| bad(e.to_string()))?
+            .as_slice()
+            .to_vec();
+        let raw = raw.as_slice();
+        if raw.len() != 4 * costs.len() {
+            return Err(bad("the unit and cost counts differ".into()));
+        }
+        let units: Vec<Unit> = raw
+            .chunks_exact(4)
+            .map(|u| Unit {
+                tree: u[0],
+                node: u[1],
+                first: u[2],
+                count: u[3],
+            })
+            .collect();
+        let plan = Plan {
+            meta,
+            layouts,
+            units,
+            costs,
+        };
+        plan.check_units().map_err(bad)?;
+        if plan.digest()? != plan.meta.id {
+            return Err(bad("its content does not match its id".into()));
+        }
+        Ok(plan)
+    }
+
+    /// Checks that the units cover every output of every node exactly once, in order.
+    fn check_units(&self) -> Result<(), String> {
+        let mut next = 0usize;
+        for (t, l) in self.layouts.iter().enumerate() {
+            for node in 0..l.n_nodes() {
+                let mut out = 0u32;
+                while out < n_outputs(l, node) {
+                    let u = self.units.get(next).ok_or("too few units")?;
+                    if (u.tree as usize, u.node as usize, u.first) != (t, node, out) || u.count == 0
+                    {
+                        return Err(format!("unit {next} is not the next piece of work"));
+                    }
+                    out = out.saturating_add(u.count);
+                    next += 1;
+                }
+                if out != n_outputs(l, node) {
+                    return Err(format!("the units of tree {t} node {node} overrun it"));
+                }
+            }
+        }
+        if next != self.units.len() {
+            return Err("more units than work".into());
+        }
+        Ok(())
+    }
+
+    /// The units of shard `index` of `of`: the longest-first greedy assignment of the costs to
+    /// the least loaded shard (ties to the lower unit and the lower shard), in unit order.
+    pub fn shard_units(&self, index: usize, of: usize) -> Vec<usize> {
+        let owner = assign(&self.costs, of);
+        (0..self.units.len())
+            .filter(|&u| owner[u] == index)
+            .collect()
+    }
+
+    /// Each shard's summed estimated cost.
+    pub fn shard_costs(&self, of: usize) -> Vec<u64> {
+        let mut loads = vec![0u64; of];
+        for (u, s) in assign(&self.costs, of).into_iter().enumerate() {
+            loads[s] += self.costs[u];
+        }
+        loads
+    }
+
+    /// Checks that `ds` and its identity are those the plan was made on.
+    pub fn check_data(&self, data: &DataId, with_names: bool) -> Result<(), ShardError> {
+        let p = &self.meta.data;
+        if p.train_sha256 != data.train_sha256 || p.shape != data.shape {
+            return Err(ShardError::OtherData(format!(
+                "the training data is not the data plan {} was made on (its SHA-256 is {}, the \
+                 plan's {})",
+                self.meta.id, data.train_sha256, p.train_sha256
+            )));
+        }
+        if with_names && p.names_sha256 != data.names_sha256 {
+            return Err(ShardError::OtherData(format!(
+                "the label or feature names are not those plan {} was made with",
+                self.meta.id
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn add_layouts<'a>(
+    w: &mut BundleWriter<'a>,
+    parts: &'a [(String, Vec<u32>)],
+) -> Result<(), FormatError> {
+    for (name, a) in parts {
+        w.add_u32(name, a)?;
+    }
+    Ok(())
+}
+
+fn open_verified(path: &Path) -> Result<Bundle, FormatError> {
+    Bundle::open(
+        path,
+        &OpenOptions {
+            verify_checksums: true,
+            prefault: false,
+            yield_between_steps: false,
+        },
+    )
+}
+
+/// The number of classifiers of `node`: one per child, or one per label of a leaf.
+fn n_outputs(layout: &TreeLayout, node: usize) -> u32 {
+    if layout.is_leaf(node) {
+        layout.labels_of(node).len() as u32
+    } else {
+        layout.children(node).len() as u32
+    }
+}
+
+/// The shard of each unit: longest first to the least loaded shard.
+fn assign(costs: &[u64], of: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    order.sort_by(|&a, &b| costs[b].cmp(&costs[a]).then(a.cmp(&b)));
+    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
+        (0..of.max(1)).map(|s| std::cmp::Reverse((0, s))).collect();
+    let mut owner = vec![0usize; costs.len()];
+    for u in order {
+        if let Some(std::cmp::Reverse((load, s))) = heap.pop() {
+            owner[u] = s;
+            heap.push(std::cmp::Reverse((load + costs[u], s)));
+        }
+    }
+    owner
+}
+
+/// A shard file's JSON section.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShardMeta {
+    /// [`SHARD_FORMAT`].
+    pub format: String,
+    /// The id of the plan it was trained from.
+    pub plan: String,
+    /// Its index, below `of`.
+    pub index: usize,
+    /// The number of shards.
+    pub of: usize,
+    /// Units and classifiers trained.
+    pub units: usize,
+    /// Classifiers trained.
+    pub columns: usize,
+    /// The shard's estimated cost, and the mean over all shards.
+    pub cost: u64,
+    /// The mean estimated cost of the plan's shards.
+    pub mean_cost: f64,
+    /// Wall-clock seconds: `read` (data and plan), `train`.
+    pub seconds: BTreeMap<String, f64>,
+}
+
+/// A trained shard: its classifiers, each with its (tree, node, output).
+#[derive(Debug)]
+pub struct Shard {
+    /// The JSON section.
+    pub meta: ShardMeta,
+    /// Per classifier, (tree, node, output).
+    pub ids: Vec<[u32; 3]>,
+    /// The classifiers.
+    pub columns: Vec<LinearColumn>,
+}
+
+impl Shard {
+    /// Trains shard `index` of `of` of `plan` on `ds` (rows normalized as the plan's config says).
+    pub fn train(plan: &Plan, ds: &Dataset, index: usize, of: usize) -> Result<Shard, ShardError> {
+        if of == 0 || index >= of {
+            return Err(ShardError::Shards(format!(
+                "shard index {index} is not below the shard count {of}"
+            )));
+        }
+        let start = Instant::now();
+        let cfg = &plan.meta.config;
+        let mine = plan.shard_units(index, of);
+        // The shard's units grouped by (tree, node): one problem per node.
+        let mut groups: Vec<((usize, usize), Vec<u32>)> = Vec::new();
+        for &u in &mine {
+            let unit = plan.units[u];
+            let key = (unit.tree as usize, unit.node as usize);
+            let outs = unit.first..unit.first + unit.count;
+            match groups.last_mut() {
+                Some((k, v)) if *k == key => v.extend(outs),
+                _ => groups.push((key, outs.collect())),
+            }
+        }
+        let trees_used: Vec<bool> = (0..plan.layouts.len())
+            .map(|t| groups.iter().any(|((gt, _), _)| *gt == t))
+            .collect();
+        let tfn: Vec<Vec<Vec<u32>>> = plan
+            .layouts
+            .iter()
+            .zip(&trees_used)
+            .map(|(l, &used)| {
+                if used {
+                    l.points_per_node(ds)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let trained: Vec<Vec<LinearColumn>> = groups
+            .par_iter()
+            .map(|((t, node), outs)| {
+                let solver = crate::linear::SolverParams {
+                    seed: crate::seed::member_seed(cfg.seed, *t as u64),
+                    ..cfg.solver
+                };
+                train_node_outputs(ds, &plan.layouts[*t], &solver, *node, outs, &tfn[*t])
+                    .map_err(|source| TrainError::Tree { tree: *t, source })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut ids = Vec::new();
+        let mut columns = Vec::new();
+        for (((t, node), outs), cols) in groups.iter().zip(trained) {
+            ids.extend(outs.iter().map(|&o| [*t as u32, *node as u32, o]));
+            columns.extend(cols);
+        }
+        let loads = plan.shard_costs(of);
+        let meta = ShardMeta {
+            format: SHARD_FORMAT.to_string(),
+            plan: plan.meta.id.clone(),
+            index,
+            of,
+            units: mine.len(),
+            columns: columns.len(),
+            cost: loads[index],
+            mean_cost: loads.iter().sum::<u64>() as f64 / of as f64,
+            seconds: [("train".to_string(), start.elapsed().as_secs_f64())]
+                .into_iter()
+                .collect(),
+        };
+        Ok(Shard { meta, ids, columns })
+    }
+
+    /// Writes the shard atomically to `path`: a failed write leaves no file.
+    pub fn write(&self, path: &Path) -> Result<u64, ShardError> {
+        let ids: Vec<u32> = self.ids.iter().flatten().copied().collect();
+        let bias: Vec<f32> = self.columns.iter().map(|c| c.bias).collect();
+        let mut starts = vec![0u64];
+        for c in &self.columns {
+            starts.push(starts[starts.len() - 1] + c.indices.len() as u64);
+        }
+        let indices: Vec<u32> = self
+            .columns
+            .iter()
+            .flat_map(|c| c.indices.iter().copied())
+            .collect();
+        let values: Vec<f32> = self
+            .columns
+            .iter()
+            .flat_map(|c| c.values.iter().copied())
+            .collect();
+        let mut w = BundleWriter::new();
+        w.add_json(SHARD, &self.meta)?;
+        w.add_u32(COLUMNS, &ids)?;
+        w.add_f32(BIAS, &bias)?;
+        w.add_u64(STARTS, &starts)?;
+        w.add_u32(INDICES, &indices)?;
+        w.add_f32(VALUES, &values)?;
+        Ok(w.write_atomic(path)?)
+    }
+
+    /// Reads a shard file, checking its checksums and its structure (not yet against a plan).
+    pub fn read(path: &Path) -> Result<Shard, ShardError> {
+        let bad = |reason: String| file_err(path, format!("not a usable shard file: {reason}"));
+        let b = open_verified(path).map_err(|e| bad(e.to_string()))?;
+        let meta: ShardMeta = b.json(SHARD).map_err(|e| bad(e.to_string()))?;
+        if meta.format != SHARD_FORMAT {
+            return Err(bad(format!(
+                "format {:?}, expected {SHARD_FORMAT:?}",
+                meta.format
+            )));
+        }
+        let err = |e: FormatError| bad(e.to_string());
+        let ids = b.u32s(COLUMNS).map_err(err)?;
+        let bias = b.f32s(BIAS).map_err(err)?;
+        let starts = b.u64s(STARTS).map_err(err)?;
+        let indices = b.u32s(INDICES).map_err(err)?;
+        let values = b.f32s(VALUES).map_err(err)?;
+        let (ids, bias, starts) = (ids.as_slice(), bias.as_slice(), starts.as_slice());
+        let (indices, values) = (indices.as_slice(), values.as_slice());
+        let n = bias.len();
+        if ids.len() != 3 * n
+            || starts.len() != n + 1
+            || starts.first() != Some(&0)
+            || starts.windows(2).any(|w| w[0] > w[1])
+            || starts[n] != indices.len() as u64
+            || indices.len() != values.len()
+        {
+            return Err(bad("its column arrays do not fit together".into()));
+        }
+        let columns = (0..n)
+            .map(|c| {
+                let (a, z) = (starts[c] as usize, starts[c + 1] as usize);
+                LinearColumn {
+                    indices: indices[a..z].to_vec(),
+                    values: values[a..z].to_vec(),
+                    bias: bias[c],
+                    stats: Default::default(),
+                }
+            })
+            .collect();
+        Ok(Shard {
+            meta,
+            ids: ids.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+            columns,
+        })
+    }
+}
+
+/// Merges the shards at `paths` (each read and checked against `plan`) into the model of `ds`
+/// with `inputs`, as `train` would have trained it. `seconds` (e.g. the data read) go into the
+/// creation record beside each shard's time.
+pub fn merge(
+    plan: &Plan,
+    ds: &Dataset,
+    inputs: TrainInputs,
+    paths: &[PathBuf],
+    mut seconds: serde_json::Map<String, serde_json::Value>,
+) -> Result<Trained, ShardError> {
+    let cfg = &plan.meta.config;
+    super::check_inputs(ds, &inputs)?;
+    if paths.is_empty() {
+        return Err(ShardError::Shards("no shard files given".into()));
+    }
+    let mut of = None;
+    let mut seen: BTreeMap<usize, &Path> = BTreeMap::new();
+    let mut columns: Vec<Vec<Vec<Option<LinearColumn>>>> = plan
+        .layouts
+        .iter()
+        .map(|l| {
+            (0..l.n_nodes())
+                .map(|n| vec![None; n_outputs(l, n) as usize])
+                .collect()
+        })
+        .collect();
+    for path in paths {
+        let shard = Shard::read(path)?;
+        let m = &shard.meta;
+        if m.plan != plan.meta.id {
+            return Err(file_err(
+                path,
+                format!(
+                    "this shard belongs to plan {}, not to plan {} (trained from another \
+                     plan or data set)",
+                    m.plan, plan.meta.id
+                ),
+            ));
+        }
+        match of {
+            None => of = Some(m.of),
+            Some(n) if n != m.of => {
+                return Err(file_err(
+                    path,
+                    format!(
+                        "this is shard {} of {}, but another is of {n}",
+                        m.index, m.of
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        if m.index >= m.of {
+            return Err(file_err(
+                path,
+                format!("shard index {} of {}", m.index, m.of),
+            ));
+        }
+        if let Some(other) = seen.insert(m.index, path) {
+            return Err(ShardError::Shards(format!(
+                "{} and {} are both shard {} of {}",
+                other.display(),
+                path.display(),
+                m.index,
+                m.of
+            )));
+        }
+        let expected: Vec<[u32; 3]> = plan
+            .shard_units(m.index, m.of)
+            .into_iter()
+            .flat_map(|u| {
+                let u = plan.units[u];
+                (u.first..u.first + u.count).map(move |o| [u.tree, u.node, o])
+            })
+            .collect();
+        if shard.ids != expected {
+            return Err(file_err(
+                path,
+                format!(
+                    "it does not hold the classifiers the plan gives shard {} of {}",
+                    m.index, m.of
+                ),
+            ));
+        }
+        for ([t, node, o], col) in shard.ids.iter().zip(shard.columns) {
+            columns[*t as usize][*node as usize][*o as usize] = Some(col);
+        }
+        seconds.insert(
+            format!("shard{}_train", m.index),
+            m.seconds.get("train").copied().unwrap_or(0.0).into(),
+        );
+    }
+    let of = of.unwrap_or(0);
+    let missing: Vec<String> = (0..of)
+        .filter(|i| !seen.contains_key(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(ShardError::Shards(format!(
+            "missing shards of {of}: {} (each index 0..{of} must be given once)",
+            missing.join(", ")
+        )));
+    }
+    let start = Instant::now();
+    let mut trees = Vec::new();
+    let mut stats = Vec::new();
+    for (t, (layout, nodes)) in plan.layouts.iter().zip(columns).enumerate() {
+        let nodes: Vec<Vec<LinearColumn>> = nodes
+            .into_iter()
+            .map(|outs| outs.into_iter().collect::<Option<Vec<_>>>())
+            .collect::<Option<_>>()
+            .ok_or_else(|| ShardError::Shards(format!("tree {t} lacks classifiers")))?;
+        let arrays =
+            lay_out(layout, &nodes).map_err(|source| TrainError::Tree { tree: t, source })?;
+        stats.push(tree_stats(layout, &arrays));
+        trees.push(arrays);
+    }
+    for (k, v) in &plan.meta.seconds {
+        seconds.insert(format!("plan_{k}"), (*v).into());
+    }
+    seconds.insert("merge".into(), start.elapsed().as_secs_f64().into());
+    let mut trained = assemble(
+        ds,
+        cfg,
+        inputs,
+        Parts {
+            trees,
+            tree_stats: stats,
+            bp: None,
+            defrag: Vec::new(),
+            prototypes: None,
+            seconds,
+        },
+    );
+    trained.meta.version = content_hash(&trained)?;
+    Ok(trained)
+}
