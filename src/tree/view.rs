@@ -102,6 +102,8 @@ pub struct SearchScratch {
     per_depth: Vec<u32>,
     /// The flat scorer's sums over the outputs a query reaches ([`super::flat`]).
     pub(super) reached: SparseAcc,
+    /// The flat block scorer's buffers ([`super::flat::TreeArrays::flat_prune`]).
+    pub(super) prune: super::flat::PruneScratch,
     /// The labels reached, each with its path log-probability.
     pub candidates: Vec<Candidate>,
 }
@@ -137,6 +139,11 @@ impl SearchScratch {
     /// more after a node with more outputs.
     pub fn acc_len(&self) -> usize {
         self.acc.len()
+    }
+
+    /// What the flat block scorer did for the last query it answered.
+    pub fn prune_stats(&self) -> super::flat::PruneStats {
+        self.prune.stats
     }
 }
 

@@ -90,5 +90,5 @@ mod tests;
 pub use builder::*;
 pub use entry::*;
 pub use layout::*;
-pub use postings::SparseAcc;
+pub use postings::{EntryRunBounds, SparseAcc};
 use score::*;
