@@ -242,3 +242,46 @@ where
         b.saturating_sub(a)
     }
 }
+
+/// What the flat block scorer (`TreeArrays::flat_prune`) did for the last query, beyond its [`SearchStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneStats {
+    /// Block records read to bound the blocks.
+    pub records: u32,
+    /// Entries read to bound blocks of features without records.
+    pub bound_entries: u32,
+    /// Entries added while scoring blocks.
+    pub scored_entries: u32,
+    /// Blocks scored.
+    pub blocks: u32,
+    /// Blocks in all.
+    pub n_blocks: u32,
+}
+
+/// One run of a query feature's entries within one block, linked to the previous run that
+/// reached the same block.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Link {
+    pub(crate) next: u32,
+    pub(crate) feat: u32,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+}
+
+/// No run: the end of a block's list.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// The block scorer's per-query buffers; warm, a query allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct PruneScratch {
+    pub(crate) ub: Vec<f32>,
+    pub(crate) head: Vec<u32>,
+    pub(crate) links: Vec<Link>,
+    pub(crate) x: Vec<f32>,
+    pub(crate) keys: Vec<u64>,
+    pub(crate) acc: Vec<f32>,
+    pub(crate) top: Vec<f32>,
+    pub(crate) runs: Vec<(u32, u32, u32)>,
+    /// The last query's counts.
+    pub stats: PruneStats,
+}
