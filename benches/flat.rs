@@ -1,4 +1,4 @@
-//! The flat model's two scorers against one label tree, per query, one thread, in process.
+//! The flat model's scorers against one label tree, per query, one thread, in process.
 //!
 //! Opens a flat model (`XMC_BENCH_FLAT`) and a T = 1 tree (`XMC_BENCH_TREE`), bundles trained on
 //! the same data, or trains both with the defaults (`model = "flat"`, and the default tree) on
@@ -8,13 +8,18 @@
 //! `XMC_BENCH_QUERIES` of them (default all). Each query runs, in rotating order, through:
 //!
 //! - `scan`: the flat model scored by the pass over every label (`Model::set_flat_scan`);
-//! - `flat`: the flat model scored through the query's postings and the bias order;
+//! - `post`: the flat model's default scorer (`Model::set_flat_unpruned`): the query's postings
+//!   and the bias order, or for a query with many postings the scan with its selection pass;
+//! - `blk S:L`: the flat model scored through a block index of `2^S` labels a block, block
+//!   records for features of at least `L` entries, one per shape in `XMC_BENCH_SHAPES`
+//!   (comma-separated `S:L`, default `6:64`, `none` for none), built in memory
+//!   (`Model::build_flat_blocks`);
 //! - `tree`: the label tree (k = 5, its beam, the early-stopping search).
 //!
 //! over `XMC_BENCH_PASSES` passes (default 3) after one unmeasured pass. It prints, per scorer,
-//! the labels scored and the postings (weight entries) read per query, and the mean, p50 and p99
-//! latency of `Model::predict_into` in µs, then whether `scan` and `flat` gave the same labels
-//! and score bits on every query.
+//! the labels scored, the weight entries (postings) read, the block records read and the blocks
+//! scored per query, and the mean, p50 and p99 latency of `Model::predict_into` in µs, then on
+//! how many queries each flat scorer's labels and score bits differ from the scan's.
 //!
 //! Run with `cargo bench --bench flat`. It prints figures and asserts nothing about time.
 
@@ -44,23 +49,49 @@ fn env_usize(name: &str) -> anyhow::Result<Option<usize>> {
         .transpose()
 }
 
-/// The bundle in `var`, or a model trained on `train` with `sets`.
-fn model(
+/// The bundle in `var`, or a model trained on `train` with `sets` and written to a temporary
+/// file; returns its path.
+fn bundle_path(
     var: &str,
     train: &dyn Fn() -> anyhow::Result<Dataset>,
     sets: &[&str],
-) -> anyhow::Result<Model> {
+) -> anyhow::Result<std::path::PathBuf> {
     if let Ok(path) = std::env::var(var) {
-        return Ok(Model::open(path.as_ref(), &OpenOptions::default())?);
+        return Ok(path.into());
     }
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
     let cfg = TrainConfig::load(None, &sets)?;
     let start = Instant::now();
     let trained = train::train(&train()?, &cfg, TrainInputs::default(), &Quiet)?;
     println!("trained {sets:?} in {:.1} s", start.elapsed().as_secs_f64());
-    Ok(Model::from_bundle(xmc::bundle::Bundle::from_bytes(
-        &trained.to_bytes()?,
-    )?)?)
+    let path =
+        std::env::temp_dir().join(format!("xmc-bench-flat-{}-{var}.xmcb", std::process::id()));
+    std::fs::write(&path, trained.to_bytes()?)?;
+    Ok(path)
+}
+
+/// The block shapes to compare: `XMC_BENCH_SHAPES` (`S:L,...`), or none (the stored index).
+fn shapes() -> anyhow::Result<Vec<(u32, u32)>> {
+    let Ok(v) = std::env::var("XMC_BENCH_SHAPES") else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .map(|p| {
+            let (a, b) = p
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("XMC_BENCH_SHAPES: not S:L: {p:?}"))?;
+            Ok((a.trim().parse()?, b.trim().parse()?))
+        })
+        .collect()
+}
+
+/// Per-query work of one scorer, summed.
+#[derive(Default, Clone, Copy)]
+struct Work {
+    labels: u64,
+    postings: u64,
+    records: u64,
+    blocks: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,8 +104,31 @@ fn main() -> anyhow::Result<()> {
         data::l2_normalize_rows(&mut ds.features);
         Ok(ds)
     };
-    let mut flat = model("XMC_BENCH_FLAT", &train, &["model=flat"])?;
-    let tree = model("XMC_BENCH_TREE", &train, &[])?;
+    let open = |p: &std::path::Path| Model::open(p, &OpenOptions::default());
+    let flat_path = bundle_path("XMC_BENCH_FLAT", &train, &["model=flat"])?;
+    let mut flat = open(&flat_path)?;
+    let tree = open(&bundle_path("XMC_BENCH_TREE", &train, &[])?)?;
+    // One copy of the flat model per block shape (a memory map each).
+    let mut blk: Vec<(String, Model)> = Vec::new();
+    let none = std::env::var("XMC_BENCH_SHAPES").is_ok_and(|v| v == "none");
+    let mut shapes = if none { Vec::new() } else { shapes()? };
+    if shapes.is_empty() && !none {
+        shapes.push((
+            xmc::tree::flat::DEFAULT_SHIFT,
+            xmc::tree::flat::DEFAULT_LONG,
+        ));
+    }
+    for &(s, l) in &shapes {
+        let mut m = open(&flat_path)?;
+        let start = Instant::now();
+        let bytes = m.build_flat_blocks(s, l);
+        println!(
+            "blk {s}:{l}: index {:.1} MB, built in {:.2} s",
+            bytes as f64 / 1e6,
+            start.elapsed().as_secs_f64()
+        );
+        blk.push((format!("blk {s}:{l}"), m));
+    }
     let test_path = ["test.txt.gz", "test.jsonl.gz"]
         .iter()
         .map(|f| dir.join(f))
@@ -92,81 +146,299 @@ fn main() -> anyhow::Result<()> {
         tree.bundle().file_len() / 1_000_000,
     );
 
-    // Postings read by the flat scorer, per query (the scan reads the same ones, and every bias).
+    // The work of each flat scorer per query, counted outside the timed runs: the scan reads
+    // the postings and scores every label.
     let ftree = &flat.trees()[0];
     let order = flat.flat_order(0);
     let mut s = SearchScratch::default();
-    let mut postings = 0u64;
     let limits = SearchLimits {
         k: 5,
         beam: usize::MAX,
         deadline: None,
     };
     let loss = flat.meta().loss;
+    let n_scorers = 3 + blk.len();
+    let mut work = vec![Work::default(); n_scorers];
     for i in 0..n {
         let (idx, val) = test.feature_row(i);
-        postings += u64::from(
-            ftree
-                .flat_search(order, idx, val, &[], loss, &limits, &mut s)
-                .postings,
-        );
+        let all = ftree.chunks.count_postings(0, idx, val) as u64;
+        work[0].postings += all;
+        work[0].labels += flat.meta().n_labels as u64;
+        let st = ftree.flat_search(order, idx, val, &[], loss, &limits, &mut s);
+        work[1].postings += u64::from(st.postings);
+        work[1].labels += u64::from(st.outputs_evaluated);
+        for (j, (_, m)) in blk.iter().enumerate() {
+            let Some(b) = m.flat_blocks(0) else { continue };
+            let st = ftree.flat_prune(b, order, idx, val, &[], loss, &limits, &mut s);
+            let ps = s.prune_stats();
+            let w = &mut work[2 + j];
+            w.postings += u64::from(st.postings);
+            w.labels += u64::from(st.outputs_evaluated);
+            w.records += u64::from(ps.records);
+            w.blocks += u64::from(ps.blocks);
+        }
     }
 
     let opts = PredictOptions::default();
-    let names = ["scan", "flat", "tree"];
-    let mut times: [Vec<f64>; 3] = Default::default();
-    let mut scored = [0u64; 3];
+    let mut names = vec!["scan".to_string(), "post".to_string()];
+    names.extend(blk.iter().map(|(name, _)| name.clone()));
+    names.push("tree".into());
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n_scorers];
     let mut scratch = Scratch::default();
-    let mut out: [Prediction; 3] = Default::default();
-    let mut differ = 0usize;
+    let mut out: Vec<Prediction> = vec![Prediction::default(); n_scorers];
+    let mut differ = vec![0usize; n_scorers];
+    flat.set_flat_unpruned(true);
     for pass in 0..=passes {
         for i in 0..n {
             let (idx, val) = test.feature_row(i);
-            for r in 0..3 {
-                let which = (i + r) % 3;
-                if which < 2 {
-                    flat.set_flat_scan(which == 0);
-                }
-                let m = if which == 2 { &tree } else { &flat };
+            for r in 0..n_scorers {
+                let which = (i + r) % n_scorers;
+                let m = match which {
+                    0 | 1 => {
+                        flat.set_flat_scan(which == 0);
+                        &flat
+                    }
+                    w if w == n_scorers - 1 => &tree,
+                    w => &blk[w - 2].1,
+                };
                 let start = Instant::now();
                 m.predict_into(idx, val, &opts, &mut scratch, &mut out[which])?;
                 let t = start.elapsed().as_secs_f64() * 1e6;
                 if pass > 0 {
                     times[which].push(t);
-                    scored[which] += u64::from(out[which].outputs_evaluated);
                 }
             }
-            let bits = |p: &Prediction| p.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
-            if pass == 0 && (out[0].labels != out[1].labels || bits(&out[0]) != bits(&out[1])) {
-                differ += 1;
+            if pass == 0 {
+                let bits =
+                    |p: &Prediction| p.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+                for w in 1..n_scorers - 1 {
+                    if out[0].labels != out[w].labels || bits(&out[0]) != bits(&out[w]) {
+                        differ[w] += 1;
+                    }
+                }
             }
         }
     }
-    let q = (n * passes) as f64;
-    println!("scorer  labels/query  postings/query  mean_us  p50_us  p99_us");
+    println!(
+        "scorer        labels/query  postings/query  records/query  blocks/query  mean_us  p50_us  p99_us"
+    );
     for (w, name) in names.iter().enumerate() {
         let t = &mut times[w];
         t.sort_by(f64::total_cmp);
-        let mean = t.iter().sum::<f64>() / t.len() as f64;
-        let post = if w == 2 {
-            "-".to_string()
+        let per = |v: u64| format!("{:.0}", v as f64 / n as f64);
+        let (labels, post, rec, blocks) = if w == n_scorers - 1 {
+            let scored = out[w].outputs_evaluated;
+            (
+                format!("{scored} (last)"),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            )
         } else {
-            format!("{:.0}", postings as f64 / n as f64)
+            let k = work[w];
+            (
+                per(k.labels),
+                per(k.postings),
+                per(k.records),
+                per(k.blocks),
+            )
         };
         println!(
-            "{name:6}  {:12.0}  {post:>14}  {mean:7.1}  {:6.1}  {:6.1}",
-            scored[w] as f64 / q,
+            "{name:12}  {labels:>12}  {post:>14}  {rec:>13}  {blocks:>12}  {:7.1}  {:6.1}  {:6.1}",
+            mean_of(t),
             percentile(t, 0.5),
             percentile(t, 0.99),
         );
     }
+    let tree_t = &times[n_scorers - 1];
+    if std::env::var_os("XMC_BENCH_PERMUTE").is_some() {
+        arrays_level(&flat, &tree, &blk, &test, n, passes)?;
+    }
+    for w in 1..n_scorers - 1 {
+        println!(
+            "{} / tree: mean {:.2}x, p99 {:.2}x; / scan: mean {:.2}x; answers differ from the scan's on {} of {n} queries",
+            names[w],
+            mean_of(&times[w]) / mean_of(tree_t),
+            percentile(&times[w], 0.99) / percentile(tree_t, 0.99),
+            mean_of(&times[w]) / mean_of(&times[0]),
+            differ[w],
+        );
+    }
+    Ok(())
+}
+
+/// With `XMC_BENCH_PERMUTE`: the scorers called on the tree arrays directly (no model around
+/// them), interleaved, with the flat model's outputs also put in the label tree's leaf order
+/// (`TreeArrays::flat_permuted`), so that labels the tree clusters together share blocks.
+fn arrays_level(
+    flat: &Model,
+    tree: &Model,
+    blk: &[(String, Model)],
+    test: &Dataset,
+    n: usize,
+    passes: usize,
+) -> anyhow::Result<()> {
+    let ftree = &flat.trees()[0];
+    let ttree = &tree.trees()[0];
+    // The tree's labels in leaf order, as positions of the flat model's outputs.
+    let pos: std::collections::HashMap<u32, u32> = ftree
+        .out_ids
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (l, i as u32))
+        .collect();
+    let mut perm: Vec<u32> = Vec::new();
+    let mut seen = vec![false; ftree.out_ids.len()];
+    for node in 0..ttree.n_nodes() {
+        if ttree.is_leaf(node) {
+            for l in ttree.outputs(node) {
+                if let Some(&p) = pos.get(l) {
+                    if !std::mem::replace(&mut seen[p as usize], true) {
+                        perm.push(p);
+                    }
+                }
+            }
+        }
+    }
+    perm.extend((0..seen.len() as u32).filter(|&p| !seen[p as usize]));
+    let permuted = ftree
+        .flat_permuted(&perm)
+        .ok_or_else(|| anyhow::anyhow!("the flat model cannot be permuted"))?;
+    let mut names = vec!["scan@a".to_string()];
+    let mut indexes = Vec::new();
+    for (name, m) in blk {
+        let Some(b) = m.flat_blocks(0) else { continue };
+        let (shift, long) = (b.shape[0], b.shape[1]);
+        let pb = permuted
+            .flat_blocks(shift, long)
+            .ok_or_else(|| anyhow::anyhow!("no block index for the permuted model"))?;
+        println!(
+            "perm {shift}:{long}: index {:.1} MB",
+            pb.byte_len() as f64 / 1e6
+        );
+        names.push(format!("{name}@a"));
+        names.push(format!("perm {shift}:{long}@a"));
+        indexes.push((b, pb));
+    }
+    names.push("tree@a".into());
+    let s_n = names.len();
+    let flat_limits = SearchLimits {
+        k: 5,
+        beam: usize::MAX,
+        deadline: None,
+    };
+    let tree_limits = SearchLimits {
+        k: 5,
+        beam: tree.meta().beam,
+        deadline: None,
+    };
+    let (floss, tloss) = (flat.meta().loss, tree.meta().loss);
+    let mut dense = vec![0f32; flat.meta().n_features.max(tree.meta().n_features)];
+    let mut s = SearchScratch::default();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); s_n];
+    let mut work = vec![Work::default(); s_n];
+    let mut differ = vec![0usize; s_n];
+    let mut want = Vec::new();
+    let ranked = |s: &SearchScratch| {
+        let mut c = s.candidates.clone();
+        c.sort_by(xmc::tree::view::Candidate::ranking);
+        c.iter()
+            .map(|c| (c.label, c.score.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    for pass in 0..=passes {
+        for i in 0..n {
+            let (idx, val) = test.feature_row(i);
+            for r in 0..s_n {
+                let which = (i + r) % s_n;
+                let start = Instant::now();
+                for (&j, &v) in idx.iter().zip(val) {
+                    if let Some(d) = dense.get_mut(j as usize) {
+                        *d = v;
+                    }
+                }
+                let st = if which == 0 {
+                    ftree.early_stop_search(idx, val, &dense, floss, &flat_limits, &mut s)
+                } else if which == s_n - 1 {
+                    ttree.early_stop_search(idx, val, &dense, tloss, &tree_limits, &mut s)
+                } else {
+                    let (b, pb) = &indexes[(which - 1) / 2];
+                    if which % 2 == 1 {
+                        ftree.flat_prune(b, &[], idx, val, &dense, floss, &flat_limits, &mut s)
+                    } else {
+                        permuted.flat_prune(pb, &[], idx, val, &dense, floss, &flat_limits, &mut s)
+                    }
+                };
+                for &j in idx {
+                    if let Some(d) = dense.get_mut(j as usize) {
+                        *d = 0.0;
+                    }
+                }
+                let t = start.elapsed().as_secs_f64() * 1e6;
+                if pass > 0 {
+                    times[which].push(t);
+                } else {
+                    let ps = s.prune_stats();
+                    let w = &mut work[which];
+                    w.labels += u64::from(st.outputs_evaluated);
+                    if which != 0 && which != s_n - 1 {
+                        w.postings += u64::from(st.postings);
+                        w.records += u64::from(ps.records);
+                        w.blocks += u64::from(ps.blocks);
+                    }
+                }
+                if pass == 0 && which == 0 {
+                    want = ranked(&s);
+                }
+            }
+            if pass == 0 {
+                // Compare every flat scorer with the scan, each run again after it.
+                for w in 1..s_n - 1 {
+                    let (b, pb) = &indexes[(w - 1) / 2];
+                    if w % 2 == 1 {
+                        ftree.flat_prune(b, &[], idx, val, &dense, floss, &flat_limits, &mut s);
+                    } else {
+                        permuted.flat_prune(pb, &[], idx, val, &dense, floss, &flat_limits, &mut s);
+                    }
+                    if ranked(&s) != want {
+                        differ[w] += 1;
+                    }
+                }
+            }
+        }
+    }
     println!(
-        "flat / tree: mean {:.2}x, p99 {:.2}x; flat / scan: mean {:.2}x",
-        mean_of(&times[1]) / mean_of(&times[2]),
-        percentile(&times[1], 0.99) / percentile(&times[2], 0.99),
-        mean_of(&times[1]) / mean_of(&times[0]),
+        "arrays level (no model around the scorers; the flat scorers' labels are the scan's):"
     );
-    println!("scan and flat answers differ on {differ} of {n} queries");
+    println!(
+        "scorer          labels/query  postings/query  records/query  blocks/query  mean_us  p50_us  p99_us"
+    );
+    for (w, name) in names.iter().enumerate() {
+        let t = &mut times[w];
+        t.sort_by(f64::total_cmp);
+        let per = |v: u64| format!("{:.0}", v as f64 / n as f64);
+        let k = work[w];
+        println!(
+            "{name:14}  {:>12}  {:>14}  {:>13}  {:>12}  {:7.1}  {:6.1}  {:6.1}",
+            per(k.labels),
+            per(k.postings),
+            per(k.records),
+            per(k.blocks),
+            mean_of(t),
+            percentile(t, 0.5),
+            percentile(t, 0.99),
+        );
+    }
+    let tree_t = &times[s_n - 1];
+    for w in 1..s_n - 1 {
+        println!(
+            "{} / tree@a: mean {:.2}x, p99 {:.2}x; answers differ from the scan's on {} of {n} queries",
+            names[w],
+            mean_of(&times[w]) / mean_of(tree_t),
+            percentile(&times[w], 0.99) / percentile(tree_t, 0.99),
+            differ[w],
+        );
+    }
     Ok(())
 }
 

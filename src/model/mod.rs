@@ -185,6 +185,11 @@ pub struct Model {
     /// Per tree, its bias order when it is flat and has one (else empty): see
     /// [`crate::tree::flat`].
     flat_orders: Vec<Section<u32>>,
+    /// Per tree, a block index built in memory by [`Model::build_flat_blocks`] (else none).
+    flat_blocks: Vec<Option<crate::tree::flat::FlatBlocks<Vec<u32>>>>,
+    /// Score flat trees through their postings and bias order even where they have a block
+    /// index.
+    flat_unpruned: bool,
     /// Score flat trees by the scan over every label instead of their postings.
     flat_scan: bool,
     bp: Option<MappedBp>,
@@ -351,6 +356,8 @@ impl Model {
             meta,
             trees,
             flat_orders,
+            flat_blocks: Vec::new(),
+            flat_unpruned: false,
             flat_scan: false,
             bp,
             defrag,
@@ -384,6 +391,38 @@ impl Model {
     /// the scan is the reference that comparisons and benchmarks interleave with.
     pub fn set_flat_scan(&mut self, on: bool) {
         self.flat_scan = on;
+    }
+
+    /// Scores flat trees through their postings and bias order (`true`) instead of a block
+    /// index built by [`Model::build_flat_blocks`] (`false`, the default, where one is built).
+    /// Both give the scan's answers to the bit; [`Model::set_flat_scan`] takes precedence.
+    pub fn set_flat_unpruned(&mut self, on: bool) {
+        self.flat_unpruned = on;
+    }
+
+    /// Builds, in memory, a block index ([`crate::tree::flat::FlatBlocks`]) with blocks of
+    /// `2^shift` outputs and records for features of at least `long` entries for every flat
+    /// tree, which then scores it ([`crate::tree::view::TreeArrays::flat_prune`]). The index
+    /// is not stored in bundles: measured, it answers more slowly than the scan with its
+    /// selection pass (docs/decisions/0055-flat-selection-pass-not-block-pruning.md); this is
+    /// for benchmarks that compare them. Returns the index's size in bytes (0 for a model
+    /// without flat trees). O(weights).
+    pub fn build_flat_blocks(&mut self, shift: u32, long: u32) -> usize {
+        self.flat_blocks = self
+            .trees
+            .iter()
+            .map(|tree| tree.flat_blocks(shift, long))
+            .collect();
+        self.flat_blocks
+            .iter()
+            .flatten()
+            .map(|b| b.byte_len())
+            .sum()
+    }
+
+    /// Tree `t`'s block index, when [`Model::build_flat_blocks`] built one.
+    pub fn flat_blocks(&self, t: usize) -> Option<&crate::tree::flat::FlatBlocks<Vec<u32>>> {
+        self.flat_blocks.get(t).and_then(Option::as_ref)
     }
 
     /// Tree `t`'s bias order ([`crate::tree::flat`]; empty for a label tree, or a flat tree
@@ -541,7 +580,12 @@ impl Model {
             };
             let stats = if options.early_stop {
                 let (dense, search) = (&scratch.dense, &mut scratch.search);
-                tree.flat_search(order, qi, qv, dense, loss, &limits, search)
+                match self.flat_blocks(t) {
+                    Some(blocks) if !self.flat_scan && !self.flat_unpruned => {
+                        tree.flat_prune(blocks, order, qi, qv, dense, loss, &limits, search)
+                    }
+                    _ => tree.flat_search(order, qi, qv, dense, loss, &limits, search),
+                }
             } else {
                 tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)
             };

@@ -10,7 +10,19 @@
 //! order, and the walk stops once they can no longer enter the top k. The cost is
 //! O(postings + reached + k), not O(L). A query whose postings outnumber a quarter of the labels
 //! ([`SCAN_SHARE`]) is scanned instead: there the per-label pass costs less than the sparse
-//! sums' bookkeeping per posting.
+//! sums' bookkeeping per posting. The scan then ranks only the labels near the top: one pass
+//! finds the k-th largest sum, and only sums within a small margin of it get a log-probability
+//! and a place in the size-k selection, which is what the per-label pass spent its time on.
+//! The link is monotone, so a check on the margin's log-probability proves that no label below
+//! it could enter; when the check fails (a saturating link, ties at the top) every label is
+//! ranked, as the scan ranks them.
+//!
+//! **Block index (not stored).** [`TreeArrays::flat_blocks`] cuts the outputs into blocks and
+//! bounds each block's best score from per-block weight bounds, and [`TreeArrays::flat_prune`]
+//! scores whole blocks, best bound first, until no block can enter the top k (exact block-max
+//! pruning). On the measured sets the bounds cost about as much as the postings they save, so
+//! it answers more slowly than the scan with its selection pass; it is built in memory for
+//! benchmarks only (docs/decisions/0055-flat-selection-pass-not-block-pruning.md).
 //!
 //! **Why the answers are the scan's to the bit.** A reached label's sum starts at its bias and
 //! adds `w · x` per found feature in query order, as the scan's slot does
@@ -34,6 +46,9 @@ use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::time::Instant;
 
+mod blocks;
+pub use blocks::*;
+
 /// A query with more postings than the labels over this is scored by the scan.
 pub const SCAN_SHARE: usize = 4;
 
@@ -46,6 +61,16 @@ pub const ORDER_SECTION: &str = "flat.order";
 #[inline]
 fn log_prob(loss: Loss, s: f32) -> f32 {
     0.0 + score_to_log_prob(loss, s)
+}
+
+/// Moves the size-k selection's labels into the scratch's candidates, in no particular order.
+fn fill_candidates(scratch: &mut SearchScratch) {
+    let best = &scratch.best;
+    scratch.candidates.extend(best.iter().map(|r| Candidate {
+        label: r.label,
+        score: r.logp,
+        depth: r.depth,
+    }));
 }
 
 /// The ranking order of `(log-probability, label)`: higher log-probability first, then the
@@ -160,8 +185,11 @@ where
         // pay a stamp check per posting (the share is measured by `benches/flat.rs`).
         let postings = self.chunks.count_postings(0, q_idx, q_val);
         if postings > n / SCAN_SHARE {
-            let mut stats = self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
+            let scored = self.scan_select(q_idx, q_val, dense, loss, k, scratch);
+            stats.nodes_evaluated = 1;
+            stats.outputs_evaluated = scored as u32;
             stats.postings = postings as u32;
+            fill_candidates(scratch);
             return stats;
         }
         let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
@@ -202,14 +230,120 @@ where
         stats.nodes_evaluated = 1;
         stats.outputs_evaluated = reached.touched().len() as u32 + from_order;
         stats.postings = postings as u32;
-        scratch
-            .candidates
-            .extend(scratch.best.iter().map(|r| Candidate {
-                label: r.label,
-                score: r.logp,
-                depth: r.depth,
-            }));
+        fill_candidates(scratch);
         stats
+    }
+}
+
+/// The relative slack below the k-th log-probability under which a block is skipped: the link
+/// (`exp`, `ln_1p`) may round a larger score to a log-probability a few units in the last place
+/// lower, never this far.
+const SLACK: f32 = 1.0 / (1u32 << 20) as f32;
+
+impl<U, F, O> TreeArrays<U, F, O>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
+{
+    /// The scan's candidates for a flat tree that stores entries, ranking only the labels
+    /// near the top: the root is scored as the search scores it (every bias, then the query's
+    /// entries, [`Chunks::score`](super::chunk::Chunks::score)), so every sum is the scan's.
+    /// Then one pass finds the k-th largest raw score `s_k`, and only the labels scoring at
+    /// least `t = s_k − δ` get a log-probability and are offered to the size-k selection. A
+    /// label below `t` has a log-probability at most the link's at `t` (the link is monotone,
+    /// up to [`SLACK`]); when that is below the k-th kept log-probability, no such label can
+    /// enter, and the candidates are the scan's. Otherwise (the link saturates, as the squared
+    /// hinge does at 1, so labels below `t` may tie the k-th) every label is offered, as the
+    /// scan does. A NaN sum is always offered. Returns the number of labels offered (all of
+    /// them when it fell back).
+    fn scan_select(
+        &self,
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> usize {
+        let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
+        let n = bias.len().min(ids.len());
+        let acc = &mut scratch.prune.acc;
+        acc.clear();
+        acc.extend_from_slice(bias);
+        acc.resize(bias.len().max(super::chunk::OUT_SLOTS), 0.0);
+        self.chunks.score(0, q_idx, q_val, dense, acc);
+        let sums = &acc[..n];
+        let depth = self.depth(0) + 1;
+        let best = &mut scratch.best;
+        let offer = |best: &mut std::collections::BinaryHeap<Ranked>, i: usize, s: f32| {
+            Ranked {
+                logp: log_prob(loss, s),
+                label: ids[i],
+                depth,
+            }
+            .offer(best, k)
+        };
+        // The k largest sums (NaN never compares above, so never counts).
+        let top = &mut scratch.prune.top;
+        top.clear();
+        top.resize(k, f32::NEG_INFINITY);
+        const LANES: usize = 16;
+        let mut min = f32::NEG_INFINITY;
+        let mut take = |v: f32, min: &mut f32| {
+            if v > *min {
+                // `top` is ascending: drop its first, insert `v` in place.
+                let at = top.partition_point(|&t| t < v);
+                top.copy_within(1..at, 0);
+                top[at - 1] = v;
+                *min = top[0];
+            }
+        };
+        let mut chunks = sums.chunks_exact(LANES);
+        for c in &mut chunks {
+            if c.iter().fold(false, |any, &v| any | (v > min)) {
+                c.iter().for_each(|&v| take(v, &mut min));
+            }
+        }
+        chunks.remainder().iter().for_each(|&v| take(v, &mut min));
+        let s_k = top[0];
+        let t = s_k - s_k.abs().max(1.0) / 256.0;
+        let mut offered = 0;
+        if n > k && t.is_finite() {
+            let mut chunks = sums.chunks_exact(LANES);
+            let mut base = 0;
+            for c in &mut chunks {
+                if c.iter().fold(false, |any, &v| any | (v >= t) | v.is_nan()) {
+                    for (j, &v) in c.iter().enumerate() {
+                        if v >= t || v.is_nan() {
+                            offer(best, base + j, v);
+                            offered += 1;
+                        }
+                    }
+                }
+                base += LANES;
+            }
+            for (j, &v) in chunks.remainder().iter().enumerate() {
+                if v >= t || v.is_nan() {
+                    offer(best, base + j, v);
+                    offered += 1;
+                }
+            }
+            let ft = log_prob(loss, t);
+            let safe = best.len() == k
+                && best.peek().is_some_and(|worst| {
+                    let theta = worst.logp;
+                    ft + 2.0 * (ft.abs() + theta.abs()) * SLACK < theta
+                });
+            if safe {
+                return offered;
+            }
+            best.clear();
+        }
+        for (i, &s) in sums.iter().enumerate() {
+            offer(best, i, s);
+        }
+        n
     }
 }
 
@@ -225,14 +359,14 @@ mod tests {
     const DIM: usize = 60;
 
     /// Values from a small set, negatives included, so that sums and biases tie often.
-    fn pick(rng: &mut ChaCha8Rng, set: &[f32]) -> f32 {
+    pub(super) fn pick(rng: &mut ChaCha8Rng, set: &[f32]) -> f32 {
         set[rng.random_range(0..set.len())]
     }
 
     /// A random flat model: `n` labels, each over a random sparse set of features (some labels
     /// over none), weights and biases from small sets with negatives, stored with `index`, as
     /// entries, packed as bfloat16 when `packed`.
-    fn random_flat(
+    pub(super) fn random_flat(
         n: usize,
         seed: u64,
         index: IndexChoice,
@@ -276,7 +410,7 @@ mod tests {
     }
 
     /// A random sparse query with negative values: sorted ids, values, and its dense copy.
-    fn random_query(seed: u64) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    pub(super) fn random_query(seed: u64) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let keep = rng.random_range(1..20);
         let idx: Vec<u32> = (0..DIM as u32 + 5)
@@ -294,7 +428,7 @@ mod tests {
     }
 
     /// Candidates in ranking order, scores as bits.
-    fn ranked(c: &[Candidate]) -> Vec<(u32, u32, u32)> {
+    pub(super) fn ranked(c: &[Candidate]) -> Vec<(u32, u32, u32)> {
         let mut c = c.to_vec();
         c.sort_by(Candidate::ranking);
         c.into_iter()
@@ -309,9 +443,10 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
-        /// The flat scorer returns the scan's candidates: the same labels, log-probabilities
-        /// equal to the bit, for any k, loss, index and entry layout, with negative weights,
-        /// negative query values and many ties.
+        /// The flat scorer and the block scorer return the scan's candidates: the same labels,
+        /// log-probabilities equal to the bit, for any k, loss, index and entry layout, block
+        /// size and record threshold, with negative weights, negative query values and many
+        /// ties.
         #[test]
         fn flat_search_equals_the_scan(
             n in 1usize..400,
@@ -319,6 +454,8 @@ mod tests {
             loss in any::<u8>(),
             hash in any::<bool>(),
             packed in any::<bool>(),
+            shift in 0u32..7,
+            long in 0u32..6,
             model_seed in any::<u64>(),
             query_seed in any::<u64>(),
         ) {
@@ -339,6 +476,74 @@ mod tests {
                 prop_assert_eq!(flat.nodes_evaluated, scan.nodes_evaluated);
                 prop_assert!(flat.outputs_evaluated as usize <= n);
                 prop_assert!(!flat.early_stopped && !flat.deadline_hit && !flat.beam_capped);
+            }
+            let blocks = tree.flat_blocks(shift, long).unwrap();
+            prop_assert!(tree.check_flat_blocks(&blocks, true).is_ok());
+            for _ in 0..2 {
+                let got = tree.flat_prune(&blocks, &order, &qi, &qv, &dense, loss, &limits, &mut s);
+                prop_assert_eq!(ranked(&s.candidates), want.clone());
+                prop_assert!(got.outputs_evaluated as usize <= n);
+                prop_assert_eq!(s.prune_stats().n_blocks as usize, n.div_ceil(1 << shift));
+            }
+        }
+    }
+
+    /// Scores spread over a wide range, so that most blocks' bounds fall below the k-th score:
+    /// the scorer then skips blocks, and still answers as the scan does.
+    #[test]
+    fn the_selection_pass_offers_few_labels_and_keeps_the_answers() {
+        let mut tree = random_flat(3000, 12, IndexChoice::Rank, false);
+        for (o, b) in tree.out_bias.iter_mut().enumerate() {
+            *b = -((o % 89) as f32) * 0.37;
+        }
+        let order = bias_order(&tree.out_ids, &tree.out_bias, Loss::Logistic);
+        let mut fast = 0;
+        for (q, loss) in (0..30).zip(
+            [Loss::Logistic, Loss::SquaredHinge, Loss::Hinge]
+                .iter()
+                .cycle(),
+        ) {
+            let order = if *loss == Loss::Logistic {
+                order.clone()
+            } else {
+                bias_order(&tree.out_ids, &tree.out_bias, *loss)
+            };
+            let (qi, qv, dense) = random_query(300 + q);
+            for k in [1, 5, 40] {
+                let limits = SearchLimits {
+                    k,
+                    beam: usize::MAX,
+                    deadline: None,
+                };
+                let mut s = SearchScratch::default();
+                tree.early_stop_search(&qi, &qv, &dense, *loss, &limits, &mut s);
+                let want = ranked(&s.candidates);
+                let st = tree.flat_search(&order, &qi, &qv, &dense, *loss, &limits, &mut s);
+                assert_eq!(ranked(&s.candidates), want, "query {q}, k = {k}, {loss:?}");
+                if (st.postings as usize) > 3000 / SCAN_SHARE
+                    && (st.outputs_evaluated as usize) < 3000
+                {
+                    fast += 1;
+                }
+            }
+        }
+        assert!(fast > 0);
+    }
+
+    #[test]
+    fn the_links_are_monotone_within_the_slack() {
+        for loss in [Loss::SquaredHinge, Loss::Logistic, Loss::Hinge] {
+            let mut prev = f32::NEG_INFINITY;
+            let mut s = -120.0f32;
+            while s < 120.0 {
+                let lp = log_prob(loss, s);
+                assert!(lp >= prev - prev.abs() * SLACK, "{loss:?} at {s}");
+                prev = lp;
+                s = if s.abs() < 1e-3 {
+                    s + 1e-7
+                } else {
+                    s + s.abs() * 3e-6
+                };
             }
         }
     }

@@ -34,7 +34,9 @@
 //! per depth (so the worst case is the level-wise search's) and is reported, and so is a deadline
 //! that cut the search short; either breaks the exactness guarantee for that query.
 
-use super::chunk::{ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice, SparseAcc};
+use super::chunk::{
+    ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice, PruneScratch, PruneStats, SparseAcc,
+};
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -102,6 +104,8 @@ pub struct SearchScratch {
     per_depth: Vec<u32>,
     /// The flat scorer's sums over the outputs a query reaches ([`super::flat`]).
     pub(super) reached: SparseAcc,
+    /// The flat block scorer's buffers (`TreeArrays::flat_prune`).
+    pub(super) prune: PruneScratch,
     /// The labels reached, each with its path log-probability.
     pub candidates: Vec<Candidate>,
 }
@@ -137,6 +141,11 @@ impl SearchScratch {
     /// more after a node with more outputs.
     pub fn acc_len(&self) -> usize {
         self.acc.len()
+    }
+
+    /// What the flat block scorer did for the last query it answered.
+    pub fn prune_stats(&self) -> PruneStats {
+        self.prune.stats
     }
 }
 

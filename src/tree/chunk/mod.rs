@@ -90,5 +90,6 @@ mod tests;
 pub use builder::*;
 pub use entry::*;
 pub use layout::*;
-pub use postings::SparseAcc;
+pub use postings::{EntryRunBounds, PruneScratch, PruneStats, SparseAcc};
+pub(crate) use postings::{Link, NONE};
 use score::*;

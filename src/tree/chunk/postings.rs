@@ -79,16 +79,16 @@ where
     F: std::ops::Deref<Target = [f32]>,
     O: EntryOuts,
 {
-    /// Calls `f(a, b, x)` with the entry range `a..b` and the query value `x` of each query
-    /// feature that node `node` holds, in query order, looked up in the node's rank index or
-    /// hash table.
+    /// Calls `f(p, a, b, x)` with the feature position `p` (in the tree's `feat`), its entry
+    /// range `a..b` and the query value `x` of each query feature that node `node` holds, in
+    /// query order, looked up in the node's rank index or hash table.
     #[inline]
-    fn for_found(
+    pub fn for_found(
         &self,
         node: usize,
         q_idx: &[u32],
         q_val: &[f32],
-        mut f: impl FnMut(usize, usize, f32),
+        mut f: impl FnMut(usize, usize, usize, f32),
     ) {
         let (Some(&a), Some(&b)) = (self.feat_start.get(node), self.feat_start.get(node + 1))
         else {
@@ -114,7 +114,7 @@ where
             };
             for (&p, &x) in pos[..found].iter().zip(&val[..found]) {
                 if let Some(&[ea, eb]) = self.entry_start.get(start + p..start + p + 2) {
-                    f(ea as usize, eb as usize, x);
+                    f(start + p, ea as usize, eb as usize, x);
                 }
             }
         }
@@ -123,7 +123,7 @@ where
     /// The number of node `node`'s entries (postings) over the query's features.
     pub fn count_postings(&self, node: usize, q_idx: &[u32], q_val: &[f32]) -> usize {
         let mut n = 0;
-        self.for_found(node, q_idx, q_val, |a, b, _| n += b.saturating_sub(a));
+        self.for_found(node, q_idx, q_val, |_, a, b, _| n += b.saturating_sub(a));
         n
     }
 
@@ -146,7 +146,142 @@ where
             node,
             q_idx,
             q_val,
-            |a, b, x| { e.for_range(a, b, |o, w| acc.add(o, w, x, bias)) }
+            |_, a, b, x| { e.for_range(a, b, |o, w| acc.add(o, w, x, bias)) }
         ));
     }
+}
+
+/// One run of a feature's entries whose outputs fall in one block of outputs: the block, the
+/// entry range, and the largest and smallest weight in it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EntryRunBounds {
+    /// The block: the outputs' index shifted right by the block shift.
+    pub block: u32,
+    /// The run's first entry.
+    pub start: usize,
+    /// One past its last entry.
+    pub end: usize,
+    /// The largest weight in the run.
+    pub max: f32,
+    /// The smallest weight in the run.
+    pub min: f32,
+}
+
+impl<U, F, O> Chunks<U, F, O>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
+{
+    /// Calls `f` with each run of entries `a..b` whose outputs share a block of `2^shift`
+    /// outputs, in entry order, and returns whether the outputs were strictly increasing (the
+    /// layout the trainer writes; the block scorer relies on it, and the verified open checks
+    /// it). A NaN weight makes both of its run's bounds NaN. An empty or out-of-bounds range
+    /// has no runs.
+    pub fn for_runs(
+        &self,
+        a: usize,
+        b: usize,
+        shift: u32,
+        mut f: impl FnMut(EntryRunBounds),
+    ) -> bool {
+        let mut increasing = true;
+        let mut run: Option<EntryRunBounds> = None;
+        let mut prev: Option<u32> = None;
+        let mut e = a;
+        with_entries!(self.entries(), |es| es.for_range(a, b, |o, w| {
+            increasing &= prev.is_none_or(|p| p < o);
+            prev = Some(o);
+            let block = o.checked_shr(shift).unwrap_or(0);
+            match &mut run {
+                Some(r) if r.block == block => {
+                    r.end = e + 1;
+                    if w.is_nan() || r.max.is_nan() {
+                        (r.max, r.min) = (f32::NAN, f32::NAN);
+                    } else {
+                        r.max = r.max.max(w);
+                        r.min = r.min.min(w);
+                    }
+                }
+                _ => {
+                    if let Some(r) = run.take() {
+                        f(r);
+                    }
+                    run = Some(EntryRunBounds {
+                        block,
+                        start: e,
+                        end: e + 1,
+                        max: w,
+                        min: w,
+                    });
+                }
+            }
+            e += 1;
+        }));
+        if let Some(r) = run {
+            f(r);
+        }
+        increasing
+    }
+
+    /// Calls `f(o, w)` with the output and weight of each of entries `a..b`, in order.
+    pub fn for_entries(&self, a: usize, b: usize, f: impl FnMut(u32, f32)) {
+        with_entries!(self.entries(), |es| es.for_range(a, b, f));
+    }
+
+    /// Adds `w · x` of each of entries `a..b` to `acc[o - lo]`, its output `o` less `lo`, and
+    /// returns how many it read. An output outside `lo..lo + acc.len()` (only a damaged index
+    /// can give such a range) adds nothing.
+    #[inline]
+    pub fn add_entries_from(&self, a: usize, b: usize, lo: u32, x: f32, acc: &mut [f32]) -> usize {
+        with_entries!(self.entries(), |es| es.for_range(a, b, |o, w| {
+            if let Some(slot) = o.checked_sub(lo).and_then(|i| acc.get_mut(i as usize)) {
+                *slot += w * x;
+            }
+        }));
+        b.saturating_sub(a)
+    }
+}
+
+/// What the flat block scorer (`TreeArrays::flat_prune`) did for the last query, beyond its [`SearchStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneStats {
+    /// Block records read to bound the blocks.
+    pub records: u32,
+    /// Entries read to bound blocks of features without records.
+    pub bound_entries: u32,
+    /// Entries added while scoring blocks.
+    pub scored_entries: u32,
+    /// Blocks scored.
+    pub blocks: u32,
+    /// Blocks in all.
+    pub n_blocks: u32,
+}
+
+/// One run of a query feature's entries within one block, linked to the previous run that
+/// reached the same block.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Link {
+    pub(crate) next: u32,
+    pub(crate) feat: u32,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+}
+
+/// No run: the end of a block's list.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// The block scorer's per-query buffers; warm, a query allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct PruneScratch {
+    pub(crate) ub: Vec<f32>,
+    pub(crate) head: Vec<u32>,
+    pub(crate) links: Vec<Link>,
+    pub(crate) x: Vec<f32>,
+    pub(crate) keys: Vec<u64>,
+    pub(crate) acc: Vec<f32>,
+    pub(crate) top: Vec<f32>,
+    pub(crate) runs: Vec<(u32, u32, u32)>,
+    /// The last query's counts.
+    pub stats: PruneStats,
 }
