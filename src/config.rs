@@ -7,6 +7,7 @@
 //! model.
 
 use crate::defrag::DefragParams;
+use crate::defrag::fiat::FiatParams;
 use crate::linear::SolverParams;
 use crate::rerank::RerankParams;
 pub use crate::settings::ConfigError;
@@ -134,6 +135,11 @@ pub struct TrainConfig {
     /// when default, so other bundles are unchanged.
     #[serde(default, skip_serializing_if = "layers::omit_default")]
     pub rerank: RerankParams,
+    /// FIAT in the input space (`fiat.*` keys): C^F over feature clusters of its own, stored in
+    /// the bundle, and whether queries are imputed by default. Left out of the metadata when
+    /// default, so other bundles are unchanged.
+    #[serde(default, skip_serializing_if = "layers::omit_default")]
+    pub fiat: FiatParams,
 }
 
 impl TrainConfig {
@@ -167,6 +173,7 @@ impl TrainConfig {
         man_beam: 0,
         text: TextConfig::DEFAULT,
         rerank: RerankParams::DEFAULT,
+        fiat: FiatParams::DEFAULT,
     };
 
     /// Loads the defaults, then the `[train]` table of `path` (if given), then the process's
@@ -302,6 +309,9 @@ impl TrainConfig {
         }
         self.text.validate()?;
         self.rerank
+            .validate()
+            .map_err(|(key, message)| bad(key, message))?;
+        self.fiat
             .validate()
             .map_err(|(key, message)| bad(key, message))?;
         self.defrag

@@ -48,8 +48,9 @@ pub struct EvalArgs {
     pub propensity_b: f64,
     /// Prediction options for `--model` mode: `beam=N`, `early_stop=true|false`,
     /// `deadline_us=N`, `k=N`, the number of labels the search looks for (default: the
-    /// largest reported cut-off), `block_candidates=N` for BP models, and for DEFRAG models
-    /// `rerank=on|off`, `impute=on|off`, `candidates=N`, `rerank_alpha=A`, `rerank_gamma=G`,
+    /// largest reported cut-off), `block_candidates=N` for BP models, for models with FIAT
+    /// `impute=on|off` and (with `fiat.input`) `impute_weight=W`, for REFRAG models
+    /// `rerank=on|off`, `candidates=N`, `rerank_alpha=A`, `rerank_gamma=G`,
     /// and for models with an OVA reranker `rerank_ova=on|off`, `rerank_ova_alpha=A`.
     /// Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -157,6 +158,15 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
             }
             "rerank" => opts.rerank = Some(on_off("rerank", value)?),
             "impute" => opts.impute = Some(on_off("impute", value)?),
+            "impute_weight" => {
+                let w: f32 = value
+                    .parse()
+                    .with_context(|| format!("`impute_weight`: `{value}` is not a number"))?;
+                if !w.is_finite() || w < 0.0 {
+                    bail!("`impute_weight` must be finite and >= 0, got {w}");
+                }
+                opts.impute_weight = Some(w);
+            }
             "candidates" => {
                 let c: usize = value.parse().with_context(|| {
                     format!("`candidates`: `{value}` is not a positive integer")
@@ -183,7 +193,7 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
             other => {
                 bail!(
                     "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k, \
-                     block_candidates, rerank, impute, candidates, rerank_alpha, rerank_gamma, \
+                     block_candidates, rerank, impute, impute_weight, candidates, rerank_alpha, rerank_gamma, \
                      rerank_ova, rerank_ova_alpha)"
                 )
             }

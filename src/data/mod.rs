@@ -18,7 +18,9 @@ pub(crate) use input::open as open_input;
 pub use names::read_names;
 pub use stats::{DataStats, label_counts};
 pub use synth::{SynthParams, generate, generate_split};
-pub use write::{l2_normalize, l2_normalize_query, l2_normalize_rows, write_xc, write_xc_file};
+pub use write::{
+    finish_query, l2_normalize, l2_normalize_query, l2_normalize_rows, write_xc, write_xc_file,
+};
 pub use xc::{read_xc, read_xc_file};
 
 /// A CSR (or, where noted, CSC) matrix of `f32` with `u32` column indices and `usize` row pointers.

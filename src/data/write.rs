@@ -135,6 +135,25 @@ pub fn l2_normalize_rows(m: &mut SparseMatrix) {
     rows.into_par_iter().for_each(l2_normalize);
 }
 
+/// Drops a sparse query's zero and non-finite entries (ids and values in step), then, when
+/// `normalize`, scales it to unit L2 norm by [`l2_normalize_query`]: the last step of preparing
+/// a query, and of imputing one.
+pub fn finish_query(idx: &mut Vec<u32>, val: &mut Vec<f32>, normalize: bool) {
+    let mut w = 0;
+    for r in 0..idx.len().min(val.len()) {
+        if val[r] != 0.0 && val[r].is_finite() {
+            idx[w] = idx[r];
+            val[w] = val[r];
+            w += 1;
+        }
+    }
+    idx.truncate(w);
+    val.truncate(w);
+    if normalize {
+        l2_normalize_query(val);
+    }
+}
+
 /// Scales a query's values to unit L2 norm on the request path: in `f32` when the squares fit,
 /// else as [`l2_normalize`] does, in `f64`. The squares overflow for a value beyond about
 /// 1.8e19 and underflow when every value is below about 1e-19; with no values (norm 0) nothing

@@ -16,6 +16,7 @@
 //! [`train`] builds all of it at training time; [`view`] is the read-only, validated view over
 //! the bundle sections that the request path applies. [`ndcg`] is the DEFRAG-N split.
 
+pub mod fiat;
 pub mod ndcg;
 pub mod train;
 pub mod view;

@@ -73,6 +73,12 @@ pub enum ModelError {
     /// The metadata asks for a reranker whose sections the bundle lacks.
     #[error("the metadata says rerank_model = ova, but the bundle has no {0} section")]
     RerankMissing(String),
+    /// FIAT's C^F rows are inconsistent.
+    #[error("FIAT C^F sections: {0}")]
+    Fiat(LabelRowsError),
+    /// The metadata asks for FIAT in the input space, but the bundle lacks C^F.
+    #[error("the metadata says fiat.input = true, but the bundle has no {0} section")]
+    FiatMissing(String),
     /// The text vectorizer's sections are inconsistent.
     #[error("text vectorizer: {0}")]
     Text(#[from] crate::text::TextViewError),
@@ -103,6 +109,10 @@ pub struct Scratch {
     /// Per candidate, a reranker's log-score (for REFRAG, first the summed affinity over the
     /// members).
     affinity: Vec<f32>,
+    /// FIAT's accumulator, and the query before imputation.
+    fiat: crate::defrag::fiat::ImputeScratch,
+    f_idx: Vec<u32>,
+    f_val: Vec<f32>,
 }
 
 impl Scratch {
@@ -197,6 +207,8 @@ pub struct Model {
     ova: Option<MappedOva>,
     /// REFRAG's prototypes over the input features (a model without DEFRAG).
     protos: Option<MappedRows>,
+    /// FIAT's C^F over the input features, one row per feature.
+    fiat: Option<MappedRows>,
     label_names: LazyNames,
     feature_names: LazyNames,
     train_counts: Section<u32>,
@@ -327,6 +339,7 @@ impl Model {
         }
         let ova = sections::load_ova(&bundle, &meta, deep)?;
         let protos = sections::load_input_prototypes(&bundle, &meta, deep)?;
+        let fiat = sections::load_fiat(&bundle, &meta, deep)?;
         let label_names =
             LazyNames::new(meta.has_label_names, sections::LABEL_NAMES, meta.n_labels);
         let feature_names = LazyNames::new(
@@ -363,6 +376,7 @@ impl Model {
             defrag,
             ova,
             protos,
+            fiat,
             label_names,
             feature_names,
             train_counts,
@@ -457,9 +471,14 @@ impl Model {
         self.ova.as_ref()
     }
 
-    /// Whether the model has FIAT scales, which `impute` needs.
+    /// Whether the model has FIAT scales or FIAT's C^F, which `impute` needs.
     pub fn can_impute(&self) -> bool {
-        self.defrag.first().is_some_and(|v| v.has_fiat())
+        self.fiat.is_some() || self.defrag.first().is_some_and(|v| v.has_fiat())
+    }
+
+    /// FIAT's C^F over the input features, when the model has it (`fiat.input`).
+    pub fn fiat(&self) -> Option<&MappedRows> {
+        self.fiat.as_ref()
     }
 
     /// Per tree, its DEFRAG view (empty when the model has no feature clusters).
@@ -507,6 +526,22 @@ impl Model {
             &mut scratch.q_idx,
             &mut scratch.q_val,
         )?;
+        if let Some(co) = self.fiat.as_ref().filter(|_| impute) {
+            let fp = &self.meta.config.fiat;
+            crate::defrag::fiat::impute(
+                co,
+                &scratch.q_idx,
+                &scratch.q_val,
+                options.impute_weight.unwrap_or(fp.weight),
+                fp.max_terms,
+                self.meta.normalize,
+                &mut scratch.fiat,
+                &mut scratch.f_idx,
+                &mut scratch.f_val,
+            );
+            std::mem::swap(&mut scratch.q_idx, &mut scratch.f_idx);
+            std::mem::swap(&mut scratch.q_val, &mut scratch.f_val);
+        }
         // Every member's space has at most n_features dimensions (K ≤ d).
         if scratch.dense.len() < self.meta.n_features {
             scratch.dense.resize(self.meta.n_features, 0.0);

@@ -23,6 +23,9 @@ pub struct PredictOptions {
     pub rerank: Option<bool>,
     /// FIAT imputation of the query (`None`: the model's default).
     pub impute: Option<bool>,
+    /// With FIAT's C^F, the weight of the imputed terms for this request (`None`: the
+    /// model's `fiat.weight`).
+    pub impute_weight: Option<f32>,
     /// How many candidates the search returns for reranking (`None`: the model's default; never
     /// fewer than `k`).
     pub candidates: Option<usize>,
@@ -47,6 +50,7 @@ impl Default for PredictOptions {
             block_candidates: None,
             rerank: None,
             impute: None,
+            impute_weight: None,
             candidates: None,
             rerank_alpha: None,
             rerank_gamma: None,

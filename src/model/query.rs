@@ -125,19 +125,8 @@ pub fn prepare(
     if let Some(p) = out_val.iter().position(|v| !v.is_finite()) {
         return Err(QueryError::NonFinite { id: out_idx[p] });
     }
-    let mut w = 0;
-    for r in 0..out_idx.len() {
-        if out_val[r] != 0.0 {
-            out_idx[w] = out_idx[r];
-            out_val[w] = out_val[r];
-            w += 1;
-        }
-    }
-    out_idx.truncate(w);
-    out_val.truncate(w);
-    if normalize {
-        crate::data::l2_normalize_query(out_val);
-    }
+    // Every value is finite here, so this drops the zeros.
+    crate::data::finish_query(out_idx, out_val, normalize);
     Ok(())
 }
 

@@ -42,6 +42,8 @@ pub enum Stage {
     Refrag,
     /// The OVA reranker's scorers.
     Ova,
+    /// FIAT's C^F over the input features.
+    Fiat,
     /// Label and feature names.
     Names,
     /// The text vectorizer.
@@ -123,6 +125,9 @@ pub const SECTIONS: &[SectionKind] = &[
     kind("rerank.ova.idx", U32, Stage::Ova),
     kind("rerank.ova.val", F32, Stage::Ova),
     kind("rerank.ova.bias", F32, Stage::Ova),
+    kind("fiat.start", U32, Stage::Fiat),
+    kind("fiat.idx", U32, Stage::Fiat),
+    kind("fiat.val", F32, Stage::Fiat),
     kind(crate::text::VOCAB_SECTION, BYTES, Stage::Text),
     kind(crate::text::IDF_SECTION, F32, Stage::Text),
     // Absent from vectorizers fitted before the term index.
@@ -600,6 +605,49 @@ fn map_rows(bundle: &Bundle, section: fn(&str) -> String) -> Result<MappedRows, 
     })
 }
 
+// --- FIAT in the input space ----------------------------------------------------------------
+
+/// The section name of C^F's array `array` (`start`, `idx`, `val`: one row per input feature).
+pub fn fiat_section(array: &str) -> String {
+    format!("fiat.{array}")
+}
+
+/// Adds C^F's rows (none without `fiat.input`, so other bundles are unchanged).
+pub fn write_fiat<'a>(
+    w: &mut BundleWriter<'a>,
+    co: Option<&'a crate::defrag::fiat::CoRows>,
+) -> Result<(), FormatError> {
+    if let Some(co) = co {
+        write_rows(w, fiat_section, &co.start, &co.idx, &co.val)?;
+    }
+    Ok(())
+}
+
+/// C^F's rows, when the bundle has them, checked in O(1) (each row's offsets and columns are
+/// bounds-checked as they are read) or, when `deep`, in full. A model whose metadata says
+/// `fiat.input` must have them.
+pub(super) fn load_fiat(
+    bundle: &Bundle,
+    meta: &ModelMeta,
+    deep: bool,
+) -> Result<Option<MappedRows>, ModelError> {
+    let start = fiat_section("start");
+    if bundle.section(&start).is_none() {
+        if meta.config.fiat.input {
+            return Err(ModelError::FiatMissing(start));
+        }
+        return Ok(None);
+    }
+    let rows = map_rows(bundle, fiat_section)?;
+    if deep {
+        rows.check(meta.n_features, meta.n_features)
+    } else {
+        rows.check_lengths(meta.n_features)
+    }
+    .map_err(ModelError::Fiat)?;
+    Ok(Some(rows))
+}
+
 // --- The text vectorizer (read by `crate::text::TextView::open`) -------------------------
 
 /// Adds the text vectorizer's sections to `w` (none for a model of feature vectors).
@@ -638,6 +686,7 @@ mod tests {
         assert_eq!(stage("defrag.0.scale"), Some(Stage::Defrag));
         assert_eq!(stage("refrag.input.val"), Some(Stage::Refrag));
         assert_eq!(stage("text.index.terms"), Some(Stage::Text));
+        assert_eq!(stage("fiat.val"), Some(Stage::Fiat));
         for name in [
             "tree.x.node_info",
             "tree..node_info",
@@ -715,6 +764,7 @@ mod tests {
             &["defrag=xy", "d0=8", "fiat=on", "refrag=on", "max_leaf=10"],
             &["refrag=on", "max_leaf=10"],
             &["rerank_model=ova", "max_leaf=10"],
+            &["fiat.input=true", "fiat.d0=4", "max_leaf=10"],
         ] {
             seen.extend(sections_of(&ds, sets, TrainInputs::default()));
         }

@@ -44,9 +44,20 @@ impl Model {
                 });
             }
         }
+        if let Some(w) = options.impute_weight {
+            if !w.is_finite() || w < 0.0 {
+                return Err(QueryError::OutOfRange {
+                    option: "impute_weight",
+                    range: "finite and at least 0",
+                    value: w,
+                });
+            }
+        }
         let rerank = options.rerank.unwrap_or(dp.refrag);
         let rerank_ova = options.rerank_ova.unwrap_or(rp.on());
-        let impute = options.impute.unwrap_or(dp.fiat);
+        let impute = options
+            .impute
+            .unwrap_or(dp.fiat || (self.meta.config.fiat.input && self.meta.config.fiat.impute));
         if rerank && !self.can_rerank() {
             return Err(QueryError::Unavailable {
                 option: "rerank",
@@ -62,7 +73,7 @@ impl Model {
         if impute && !self.can_impute() {
             return Err(QueryError::Unavailable {
                 option: "impute",
-                stage: "FIAT scales",
+                stage: "FIAT scales or C^F",
             });
         }
         let stage = RerankStage {

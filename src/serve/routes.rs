@@ -176,8 +176,10 @@ pub struct PredictRequest {
     /// REFRAG reranking of the tree search's candidates by label prototypes; null or absent: the
     /// model's default (its `refrag` setting); true on a model without prototypes is a 422
     rerank: Option<bool>,
-    /// FIAT imputation of the query's features through the DEFRAG clusters; null or absent: the
-    /// model's default (its `fiat` setting); true on a model without FIAT scales is a 422
+    /// FIAT imputation of the query's missing features, through C^F over the input features
+    /// (`fiat.input`) and the DEFRAG clusters' scales (`fiat`), whichever the model has; null or
+    /// absent: the model's default (its `fiat` or `fiat.impute` setting); true on a model with
+    /// neither is a 422
     impute: Option<bool>,
     /// OVA reranking of the search's candidates by each candidate label's own linear scorer
     /// (trained on the search's hard negatives); null or absent: the model's default (on when
@@ -329,6 +331,7 @@ pub(super) fn options(state: &AppState, req: &PredictRequest) -> Result<PredictO
         block_candidates,
         rerank: req.rerank,
         impute: req.impute,
+        impute_weight: None,
         candidates: None,
         rerank_alpha: weight("rerank_alpha", req.rerank_alpha)?,
         rerank_gamma: weight("rerank_gamma", req.rerank_gamma)?,

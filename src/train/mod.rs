@@ -66,6 +66,9 @@ pub enum TrainError {
     /// The model could not be opened to search the training points for the reranker.
     #[error("opening the trained model for the reranker: {0}")]
     Open(String),
+    /// FIAT's feature clustering failed.
+    #[error("FIAT feature clustering: {0}")]
+    Fiat(crate::cluster::ClusterError),
     /// The DEFRAG feature clustering failed.
     #[error("tree {tree}: DEFRAG feature clustering: {source}")]
     Defrag {
@@ -75,6 +78,9 @@ pub enum TrainError {
         source: crate::cluster::ClusterError,
     },
 }
+
+/// The stream of `seed` that FIAT's feature clustering draws from (apart from the members').
+const FIAT_SEED_STREAM: u64 = 0xF1A7;
 
 /// Progress callbacks, so the CLI can show bars and tests can stay quiet.
 pub trait Progress: Sync {
@@ -106,6 +112,8 @@ pub struct Trained {
     pub prototypes: Option<Prototypes>,
     /// The OVA reranker's scorers, when `rerank_model = "ova"`.
     pub rerank: Option<OvaArrays>,
+    /// FIAT's C^F over the input features, when `fiat.input` is on.
+    pub fiat: Option<crate::defrag::fiat::CoRows>,
     /// Training-set count of each label (for propensities and rare-label handling).
     pub label_counts: Vec<u32>,
     /// Label names, when known.
@@ -143,6 +151,7 @@ impl Trained {
             sections::write_input_prototypes(&mut w, p)?;
         }
         sections::write_ova(&mut w, self.rerank.as_ref())?;
+        sections::write_fiat(&mut w, self.fiat.as_ref())?;
         sections::write_names(
             &mut w,
             self.label_names.as_deref(),
@@ -186,6 +195,9 @@ pub fn train(
 ) -> Result<Trained, TrainError> {
     check_inputs(ds, &inputs)?;
     let mut seconds = serde_json::Map::new();
+    // FIAT's C^F comes first: with `fiat.train`, every stage trains on the imputed rows.
+    let (fiat, imputed) = fiat_stage(ds, cfg, &mut seconds)?;
+    let ds = imputed.as_ref().unwrap_or(ds);
     let mut trees = Vec::with_capacity(cfg.trees);
     let mut tree_stats = Vec::with_capacity(cfg.trees);
     let mut bp = None;
@@ -233,6 +245,7 @@ pub fn train(
             bp,
             defrag,
             prototypes,
+            fiat,
             seconds,
         },
     );
@@ -289,6 +302,7 @@ struct Parts {
     bp: Option<bp::BpTrained>,
     defrag: Vec<DefragArrays>,
     prototypes: Option<Prototypes>,
+    fiat: Option<crate::defrag::fiat::CoRows>,
     seconds: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -300,6 +314,7 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         bp,
         defrag,
         prototypes,
+        fiat,
         seconds,
     } = parts;
     let label_counts = crate::data::label_counts(&ds.labels);
@@ -344,12 +359,40 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         defrag,
         prototypes,
         rerank: None,
+        fiat,
         label_counts,
         label_names: inputs.label_names,
         feature_names: inputs.feature_names,
         text: inputs.text,
         meta,
     }
+}
+
+/// FIAT's C^F over the input features when `fiat.input` is on, and with `fiat.train` the
+/// training rows imputed through it (by the one function the request path imputes with).
+fn fiat_stage(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    seconds: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<(Option<crate::defrag::fiat::CoRows>, Option<Dataset>), TrainError> {
+    if !cfg.fiat.input {
+        return Ok((None, None));
+    }
+    let start = Instant::now();
+    let seed = crate::seed::derive_seed(cfg.seed, FIAT_SEED_STREAM);
+    let co = crate::defrag::fiat::build(ds, &cfg.fiat, seed).map_err(TrainError::Fiat)?;
+    seconds.insert("fiat".into(), start.elapsed().as_secs_f64().into());
+    if !cfg.fiat.train {
+        return Ok((Some(co), None));
+    }
+    let start = Instant::now();
+    let imputed = crate::defrag::fiat::impute_rows(&co, &ds.features, &cfg.fiat, cfg.normalize);
+    seconds.insert("fiat_rows".into(), start.elapsed().as_secs_f64().into());
+    let imputed = Dataset {
+        features: imputed,
+        labels: ds.labels.clone(),
+    };
+    Ok((Some(co), Some(imputed)))
 }
 
 /// The label trees of a model without BP: every member's partition, then every member's

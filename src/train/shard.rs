@@ -189,6 +189,9 @@ fn check_config(cfg: &TrainConfig) -> Result<(), ShardError> {
     if cfg.defrag.on() || cfg.defrag.refrag {
         return refuse("DEFRAG or REFRAG");
     }
+    if cfg.fiat.input {
+        return refuse("FIAT in the input space (fiat.input = true)");
+    }
     if cfg.rerank.on() {
         return refuse("a reranker (rerank_model)");
     }
@@ -818,6 +821,7 @@ pub fn merge(
             bp: None,
             defrag: Vec::new(),
             prototypes: None,
+            fiat: None,
             seconds,
         },
     );

@@ -17,6 +17,7 @@ mod data_io;
 mod data_stats;
 mod data_write;
 mod defrag;
+mod fiat;
 mod flat;
 mod lambda_tree;
 mod linear_solver;

@@ -401,6 +401,7 @@ fn bundle_with(trained: &Trained, text: Fitted) -> Bundle {
         defrag: Vec::new(),
         prototypes: None,
         rerank: None,
+        fiat: None,
         label_counts: trained.label_counts.clone(),
         label_names: trained.label_names.clone(),
         feature_names: None,
