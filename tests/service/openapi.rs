@@ -1,6 +1,6 @@
 //! `openapi.json` is the document generated from the API's types, and the server serves it.
 //!
-//! `XMC_BLESS=1 cargo test --test openapi` rewrites `openapi.json` from the types first. The
+//! `XMC_BLESS=1 cargo test --test service openapi` rewrites `openapi.json` from the types first. The
 //! server serves the copy compiled into it, so the served-document test passes from the next
 //! build on.
 
@@ -23,7 +23,7 @@ fn the_committed_openapi_json_is_the_generated_document() {
     assert!(
         committed == generated,
         "openapi.json is not the document the API's types generate; rewrite it with \
-         `XMC_BLESS=1 cargo test --test openapi`"
+         `XMC_BLESS=1 cargo test --test service openapi`"
     );
 }
 
