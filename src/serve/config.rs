@@ -262,7 +262,7 @@ impl ServeConfig {
             }
         }
         if let Some(n) = &self.model_name {
-            if !super::repository::valid_name(n) {
+            if !valid_name(n) {
                 return bad(
                     "model_name",
                     "not a model name (ASCII letters, digits, '-', '_' and '.', not starting with '.')",
@@ -432,6 +432,16 @@ fn text_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Er
         Some(Text::F(f)) => Some(f.to_string()),
         Some(Text::B(b)) => Some(b.to_string()),
     })
+}
+
+/// A model name fit for a URL path segment: ASCII letters, digits, `-`, `_` and `.`, not
+/// starting with a dot.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

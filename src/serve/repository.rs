@@ -11,6 +11,7 @@
 //! released on the release thread once its last request ends.
 
 use super::config::VersionPolicy;
+pub use super::config::valid_name;
 use super::reload::{
     FileSig, LoadPriority, Loaded, ReloadOutcome, SpareRequest, Trigger, VersionMetrics,
     in_background, open_and_warm, release_in_background, unix_now,
@@ -132,16 +133,6 @@ pub fn file_model_name(path: &Path) -> String {
         .filter(|s| valid_name(s))
         .unwrap_or("default")
         .to_string()
-}
-
-/// A model name fit for a URL path segment: ASCII letters, digits, `-`, `_` and `.`, not
-/// starting with a dot.
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// A version directory's number: a positive integer written without leading zeros.
