@@ -477,7 +477,19 @@ fn publish(state: &AppState, name: &str, versions: Option<Vec<Arc<Loaded>>>) {
     });
     let now = state.repo.load();
     let kept = now.versions(name).unwrap_or_default();
+    let before = prev.versions(name).unwrap_or_default();
     for l in kept {
+        if !before.iter().any(|p| Arc::ptr_eq(p, l)) {
+            // The line operators (and tests/deploy/live_sync.sh) time a rollout by: `version` is
+            // the bundle's content version, as `GET /v1/model` reports it.
+            tracing::info!(
+                model = %name,
+                repository_version = l.version,
+                version = %l.model.meta().version,
+                spare_scratch = l.scratch.spares(),
+                "model published"
+            );
+        }
         metrics::gauge!("xmc_model_version_ready", "model" => name.to_string(), "version" => l.version.to_string()).set(1.0);
     }
     // The default model's gauge, `xmc_model_info{name,version}`, names the bundle serving /v1.
