@@ -34,7 +34,8 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    fn parts(&self) -> (StatusCode, &'static str, String) {
+    /// The status, the error code and the message this error answers with.
+    pub(super) fn parts(&self) -> (StatusCode, &'static str, String) {
         match self {
             ApiError::Malformed(m) => (StatusCode::BAD_REQUEST, "malformed_json", m.clone()),
             ApiError::TooLarge(limit) => (

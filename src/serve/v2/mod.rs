@@ -38,19 +38,27 @@ impl V2Error {
 
 impl IntoResponse for V2Error {
     fn into_response(self) -> Response {
-        if self.0.is_server_error() {
+        // An internal error's detail goes to the log only, as on the /v1 routes.
+        let message = if self.0 == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(detail = %self.1, "internal error on a V2 route");
-        }
-        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+            "internal error".to_string()
+        } else {
+            self.1
+        };
+        (self.0, axum::Json(json!({ "error": message }))).into_response()
     }
 }
 
 /// An `ApiError` from the shared prediction code as a V2 error: a refused query or option is a
-/// 400 with its message.
+/// 400 with its message; any other keeps the status `/v1` gives it (a timeout, no model).
 fn from_api(e: ApiError) -> V2Error {
     match e {
         ApiError::Invalid(m) => V2Error::bad(m),
-        other => V2Error(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+        ApiError::Internal(detail) => V2Error(StatusCode::INTERNAL_SERVER_ERROR, detail),
+        other => {
+            let (status, _, message) = other.parts();
+            V2Error(status, message)
+        }
     }
 }
 
