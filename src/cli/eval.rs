@@ -97,6 +97,17 @@ fn unit_interval(key: &str, value: &str) -> anyhow::Result<f32> {
     Ok(a)
 }
 
+/// A finite number of at least 0 for `key`.
+fn non_negative(key: &str, value: &str) -> anyhow::Result<f32> {
+    let g: f32 = value
+        .parse()
+        .with_context(|| format!("`{key}`: `{value}` is not a number"))?;
+    if !g.is_finite() || g < 0.0 {
+        bail!("`{key}` must be finite and >= 0, got {g}");
+    }
+    Ok(g)
+}
+
 /// Parses `--set` prediction options; the search looks for `default_k` labels unless `k=N` says
 /// otherwise.
 pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<PredictOptions> {
@@ -158,15 +169,7 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
             }
             "rerank" => opts.rerank = Some(on_off("rerank", value)?),
             "impute" => opts.impute = Some(on_off("impute", value)?),
-            "impute_weight" => {
-                let w: f32 = value
-                    .parse()
-                    .with_context(|| format!("`impute_weight`: `{value}` is not a number"))?;
-                if !w.is_finite() || w < 0.0 {
-                    bail!("`impute_weight` must be finite and >= 0, got {w}");
-                }
-                opts.impute_weight = Some(w);
-            }
+            "impute_weight" => opts.impute_weight = Some(non_negative("impute_weight", value)?),
             "candidates" => {
                 let c: usize = value.parse().with_context(|| {
                     format!("`candidates`: `{value}` is not a positive integer")
@@ -181,15 +184,7 @@ pub fn predict_options(set: &[String], default_k: usize) -> anyhow::Result<Predi
             "rerank_ova_alpha" => {
                 opts.rerank_ova_alpha = Some(unit_interval("rerank_ova_alpha", value)?);
             }
-            "rerank_gamma" => {
-                let g: f32 = value
-                    .parse()
-                    .with_context(|| format!("`rerank_gamma`: `{value}` is not a number"))?;
-                if !g.is_finite() || g < 0.0 {
-                    bail!("`rerank_gamma` must be finite and >= 0, got {g}");
-                }
-                opts.rerank_gamma = Some(g);
-            }
+            "rerank_gamma" => opts.rerank_gamma = Some(non_negative("rerank_gamma", value)?),
             other => {
                 bail!(
                     "unknown prediction option `{other}` (known: beam, early_stop, deadline_us, k, \
