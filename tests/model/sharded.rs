@@ -29,6 +29,25 @@ fn refused(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The error of `xmc train shard` for shard `index` of `of`, which must be refused.
+fn refused_shard(plan: &Path, train: &Path, index: usize, of: usize, out: &Path) -> String {
+    let (index, of) = (index.to_string(), of.to_string());
+    refused(&[
+        "train",
+        "shard",
+        "--plan",
+        s(plan),
+        "--train",
+        s(train),
+        "--index",
+        &index,
+        "--of",
+        &of,
+        "--out",
+        s(out),
+    ])
+}
+
 fn with_sets<'a>(mut args: Vec<&'a str>, sets: &[&'a str]) -> Vec<&'a str> {
     for set in sets {
         args.extend(["--set", set]);
@@ -188,20 +207,7 @@ fn wrong_shards_are_refused() {
     // Another data set, at the merge and at a shard.
     let err = merge(&plan, &other, &[s0, s1, s2]);
     assert!(err.contains("not the data plan"), "{err}");
-    let err = refused(&[
-        "train",
-        "shard",
-        "--plan",
-        s(&plan),
-        "--train",
-        s(&other),
-        "--index",
-        "0",
-        "--of",
-        "3",
-        "--out",
-        s(&d.join("x.xmcs")),
-    ]);
+    let err = refused_shard(&plan, &other, 0, 3, &d.join("x.xmcs"));
     assert!(err.contains("not the data plan"), "{err}");
 
     // A shard file with a flipped byte.
@@ -219,20 +225,7 @@ fn wrong_shards_are_refused() {
     // A shard that fails writes nothing.
     let failed = d.join("failed");
     std::fs::create_dir(&failed).unwrap();
-    let err = refused(&[
-        "train",
-        "shard",
-        "--plan",
-        s(&plan),
-        "--train",
-        s(&train),
-        "--index",
-        "3",
-        "--of",
-        "3",
-        "--out",
-        s(&failed.join("s.xmcs")),
-    ]);
+    let err = refused_shard(&plan, &train, 3, 3, &failed.join("s.xmcs"));
     assert!(err.contains("not below the shard count 3"), "{err}");
     assert_eq!(std::fs::read_dir(&failed).unwrap().count(), 0);
 
