@@ -25,6 +25,9 @@ pub struct ServeArgs {
     /// The listen address, e.g. 127.0.0.1:8080.
     #[arg(long)]
     pub bind: Option<String>,
+    /// The Open Inference Protocol's gRPC address, e.g. 127.0.0.1:8081 (default: no gRPC).
+    #[arg(long)]
+    pub grpc_bind: Option<String>,
 }
 
 /// Runs `xmc serve` until ctrl-c or SIGTERM.
@@ -44,6 +47,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(b) = &args.bind {
         flags.push(("bind", b.clone()));
+    }
+    if let Some(g) = &args.grpc_bind {
+        flags.push(("grpc_bind", g.clone()));
     }
     let cfg = ServeConfig::load(args.config.as_deref(), &env, &flags)?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("XMC_LOG")

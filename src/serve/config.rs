@@ -99,6 +99,10 @@ pub struct ServeConfig {
     /// A separate address for `/metrics`; `None` (or empty text) serves it on the API port.
     #[serde(deserialize_with = "text_or_none")]
     pub metrics_bind: Option<String>,
+    /// The address of the Open Inference Protocol's gRPC service
+    /// (`inference.GRPCInferenceService`); `None` (or empty text): no gRPC.
+    #[serde(deserialize_with = "text_or_none")]
+    pub grpc_bind: Option<String>,
     /// The model bundle (a file or a symlink to one), served as a repository of one model
     /// named after the file's stem, version 1; unused when `repository` is set.
     pub model: PathBuf,
@@ -171,6 +175,7 @@ impl ServeConfig {
         ServeConfig {
             bind: "127.0.0.1:8080".into(),
             metrics_bind: None,
+            grpc_bind: None,
             model: PathBuf::from("models/default.xmcb"),
             repository: None,
             version_policy: "latest:1".into(),
@@ -259,6 +264,11 @@ impl ServeConfig {
         if let Some(m) = &self.metrics_bind {
             if m.parse::<std::net::SocketAddr>().is_err() {
                 return bad("metrics_bind", "not an address like 127.0.0.1:9090");
+            }
+        }
+        if let Some(g) = &self.grpc_bind {
+            if g.parse::<std::net::SocketAddr>().is_err() {
+                return bad("grpc_bind", "not an address like 127.0.0.1:8081");
             }
         }
         if let Some(n) = &self.model_name {

@@ -11,6 +11,7 @@
 pub mod config;
 mod conn;
 mod error;
+pub mod grpc;
 pub mod heap;
 mod layers;
 mod reload;

@@ -41,14 +41,28 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
         config::Runtime::Shared => {
             let listener = tokio::net::TcpListener::bind(&state.cfg.bind).await?;
             let addr = listener.local_addr()?;
-            let server = conn::serve(listener, app(state.clone()), idle, stopped(stop_rx));
+            let server = conn::serve(listener, app(state.clone()), idle, stopped(stop_rx.clone()));
             let done = done_tx.clone();
             tokio::spawn(async move {
                 let _ = done.send(server.await);
             });
             (1, addr)
         }
-        config::Runtime::PerCore => serve_per_core(&state, stop_rx, &done_tx)?,
+        config::Runtime::PerCore => serve_per_core(&state, stop_rx.clone(), &done_tx)?,
+    };
+    // The Open Inference Protocol over gRPC, on its own port; it drains with the others.
+    let servers = match &state.cfg.grpc_bind {
+        Some(grpc_addr) => {
+            let listener = tokio::net::TcpListener::bind(grpc_addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "serving gRPC (inference.GRPCInferenceService)");
+            let server = grpc::serve(state.clone(), listener, stopped(stop_rx));
+            let done = done_tx.clone();
+            tokio::spawn(async move {
+                let _ = done.send(server.await);
+            });
+            servers + 1
+        }
+        None => servers,
     };
     drop(done_tx);
     // The address bound, not the one configured: on port 0 the log says which port it got.

@@ -4,7 +4,8 @@
 //!
 //! This file is the wire: JSON bodies, the binary section after the JSON header
 //! (`Inference-Header-Content-Length`), and the `{"error": "..."}` answers the protocol asks for.
-//! What the tensors mean for xmc is in [`tensor`], which knows no HTTP.
+//! What the tensors mean for xmc is in [`tensor`], which knows no HTTP; [`run_infer`] is the
+//! inference every wire shares (the gRPC service in `super::grpc` calls it too).
 
 pub mod tensor;
 
@@ -28,10 +29,10 @@ pub const HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// A V2 error: a status and `{"error": message}`.
 #[derive(Debug)]
-pub struct V2Error(StatusCode, String);
+pub struct V2Error(pub(crate) StatusCode, pub(crate) String);
 
 impl V2Error {
-    fn bad(m: impl Into<String>) -> V2Error {
+    pub(crate) fn bad(m: impl Into<String>) -> V2Error {
         V2Error(StatusCode::BAD_REQUEST, m.into())
     }
 }
@@ -51,7 +52,7 @@ impl IntoResponse for V2Error {
 
 /// An `ApiError` from the shared prediction code as a V2 error: a refused query or option is a
 /// 400 with its message; any other keeps the status `/v1` gives it (a timeout, no model).
-fn from_api(e: ApiError) -> V2Error {
+pub(crate) fn from_api(e: ApiError) -> V2Error {
     match e {
         ApiError::Invalid(m) => V2Error::bad(m),
         ApiError::Internal(detail) => V2Error(StatusCode::INTERNAL_SERVER_ERROR, detail),
@@ -62,12 +63,15 @@ fn from_api(e: ApiError) -> V2Error {
     }
 }
 
+/// The protocol extensions the server speaks.
+pub(crate) const EXTENSIONS: [&str; 2] = ["binary_tensor_data", "classification"];
+
 /// `GET /v2`: server metadata.
 pub async fn server_metadata() -> axum::Json<Value> {
     axum::Json(json!({
         "name": "xmc",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "classification"],
+        "extensions": EXTENSIONS,
     }))
 }
 
@@ -98,7 +102,11 @@ fn parse_version(v: &str) -> Result<u64, V2Error> {
 }
 
 /// The serving version `version` (or the highest) of model `name`.
-fn lookup(state: &AppState, name: &str, version: Option<&str>) -> Result<Arc<Loaded>, V2Error> {
+pub(crate) fn lookup(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Arc<Loaded>, V2Error> {
     let v = version.map(parse_version).transpose()?;
     state
         .repo
@@ -134,37 +142,32 @@ pub async fn model_metadata(
     Path(p): Path<ModelPath>,
 ) -> Result<axum::Json<Value>, V2Error> {
     let loaded = lookup(&state, &p.name, p.version.as_deref())?;
-    let versions: Vec<String> = state
+    let model = &loaded.model;
+    let specs = |specs: Vec<tensor::TensorSpec>| -> Vec<Value> {
+        specs
+            .iter()
+            .map(|t| json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape}))
+            .collect()
+    };
+    Ok(axum::Json(json!({
+        "name": p.name,
+        "versions": versions(&state, &p.name),
+        "platform": "xmc",
+        "inputs": specs(tensor::model_inputs(model.text().is_some())),
+        "outputs": specs(tensor::model_outputs(model.label_names().is_some())),
+    })))
+}
+
+/// The versions of model `name` that serve, lowest first.
+pub(crate) fn versions(state: &AppState, name: &str) -> Vec<String> {
+    state
         .repo
         .load()
-        .versions(&p.name)
+        .versions(name)
         .unwrap_or_default()
         .iter()
         .map(|l| l.version.to_string())
-        .collect();
-    let model = &loaded.model;
-    let tensor = |name: &str, datatype: &str, shape: Value| json!({"name": name, "datatype": datatype, "shape": shape});
-    let mut inputs = Vec::new();
-    if model.text().is_some() {
-        inputs.push(tensor(tensor::TEXT, "BYTES", json!([-1])));
-    }
-    inputs.push(tensor(tensor::FEATURE_IDS, "INT64", json!([-1])));
-    inputs.push(tensor(tensor::FEATURE_VALUES, "FP32", json!([-1])));
-    inputs.push(tensor(tensor::ROW_OFFSETS, "INT64", json!([-1])));
-    let mut outputs = vec![
-        tensor(tensor::LABELS, "INT64", json!([-1, -1])),
-        tensor(tensor::SCORES, "FP32", json!([-1, -1])),
-    ];
-    if model.label_names().is_some() {
-        outputs.push(tensor(tensor::NAMES_OUTPUT, "BYTES", json!([-1, -1])));
-    }
-    Ok(axum::Json(json!({
-        "name": p.name,
-        "versions": versions,
-        "platform": "xmc",
-        "inputs": inputs,
-        "outputs": outputs,
-    })))
+        .collect()
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]/ready`.
@@ -207,12 +210,13 @@ struct RequestInput {
     data: Option<Value>,
 }
 
+/// A requested output and its parameters (gRPC's are turned into the same JSON values).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RequestOutput {
-    name: String,
+pub(crate) struct RequestOutput {
+    pub(crate) name: String,
     #[serde(default)]
-    parameters: Option<Map<String, Value>>,
+    pub(crate) parameters: Option<Map<String, Value>>,
 }
 
 /// Splits a body into its JSON header and binary section, as the header's length says.
@@ -294,7 +298,7 @@ fn decode_input(input: RequestInput, binary: &mut &[u8]) -> Result<InputTensor, 
 
 /// Elements from raw little-endian bytes (the binary extension): `BYTES` as 4-byte lengths
 /// each followed by that many bytes.
-fn raw_values(datatype: Datatype, raw: &[u8]) -> Result<Values, String> {
+pub(crate) fn raw_values(datatype: Datatype, raw: &[u8]) -> Result<Values, String> {
     let Some(width) = datatype.width() else {
         let mut out = Vec::new();
         let mut rest = raw;
@@ -397,12 +401,13 @@ fn json_values(datatype: Datatype, data: Value) -> Result<Values, String> {
 }
 
 /// A requested output: what it asks for, and whether it comes back in the binary section.
-struct Wanted {
-    ask: OutputRequest,
-    binary: bool,
+pub(crate) struct Wanted {
+    pub(crate) ask: OutputRequest,
+    pub(crate) binary: bool,
 }
 
-fn wanted_outputs(
+/// The outputs a request asks for (`None`: all the model has), from their parameters.
+pub(crate) fn wanted_outputs(
     req: Option<Vec<RequestOutput>>,
     binary_default: bool,
     has_names: bool,
@@ -491,28 +496,9 @@ pub async fn infer(
             }
         }
     }
-    let opts_req: PredictRequest = serde_json::from_value(Value::Object(options))
-        .map_err(|e| V2Error::bad(format!("parameters: {e}")))?;
-    if routes::has_query(&opts_req) {
-        return Err(V2Error::bad(
-            "parameters: features and text are inputs (tensors), not parameters",
-        ));
-    }
-    let mut opts = routes::options(&state, &opts_req).map_err(from_api)?;
-    let model = &loaded.model;
-    let has_names = model.label_names().is_some();
+    let has_names = loaded.model.label_names().is_some();
     let wanted = wanted_outputs(req.outputs, binary_default, has_names)?;
     let asks: Vec<OutputRequest> = wanted.iter().map(|w| w.ask.clone()).collect();
-    tensor::check_outputs(&asks, has_names).map_err(V2Error::bad)?;
-    if let Some(c) = asks.iter().filter_map(|a| a.classification).max() {
-        if c > state.cfg.max_k {
-            return Err(V2Error::bad(format!(
-                "classification {c} is over the server's max_k of {}",
-                state.cfg.max_k
-            )));
-        }
-        opts.k = opts.k.max(c);
-    }
     let inputs = req
         .inputs
         .into_iter()
@@ -524,10 +510,51 @@ pub async fn infer(
             binary.len()
         )));
     }
+    let outputs = run_infer(&state, &loaded, options, &asks, inputs).await?;
+    let binary_flags: Vec<bool> = wanted.iter().map(|w| w.binary).collect();
+    Ok(render(
+        &p.name,
+        loaded.version,
+        req.id,
+        outputs,
+        &binary_flags,
+    ))
+}
+
+/// One inference on `loaded`, whatever the wire: `options` are the request's parameters less
+/// the wire's own (every `/v1` prediction option), `asks` the outputs, `inputs` the tensors.
+/// Short batches run inline, larger ones on the prediction pool, each row through the same
+/// prediction code as `/v1`.
+pub(crate) async fn run_infer(
+    state: &AppState,
+    loaded: &Arc<Loaded>,
+    options: Map<String, Value>,
+    asks: &[OutputRequest],
+    inputs: Vec<InputTensor>,
+) -> Result<Vec<OutputTensor>, V2Error> {
+    let opts_req: PredictRequest = serde_json::from_value(Value::Object(options))
+        .map_err(|e| V2Error::bad(format!("parameters: {e}")))?;
+    if routes::has_query(&opts_req) {
+        return Err(V2Error::bad(
+            "parameters: features and text are inputs (tensors), not parameters",
+        ));
+    }
+    let mut opts = routes::options(state, &opts_req).map_err(from_api)?;
+    let model = &loaded.model;
+    tensor::check_outputs(asks, model.label_names().is_some()).map_err(V2Error::bad)?;
+    if let Some(c) = asks.iter().filter_map(|a| a.classification).max() {
+        if c > state.cfg.max_k {
+            return Err(V2Error::bad(format!(
+                "classification {c} is over the server's max_k of {}",
+                state.cfg.max_k
+            )));
+        }
+        opts.k = opts.k.max(c);
+    }
     let queries = tensor::decode_queries(inputs, model.text().is_some(), state.cfg.max_batch)
         .map_err(V2Error::bad)?;
     let rows = if queries.len() == 1 {
-        vec![predict_row(&loaded, &queries[0], &opts).map_err(from_api)?]
+        vec![predict_row(loaded, &queries[0], &opts).map_err(from_api)?]
     } else {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let l = loaded.clone();
@@ -548,15 +575,9 @@ pub async fn infer(
             .map_err(from_api)?
     };
     let names = model.label_names();
-    let outputs = tensor::encode_outputs(&rows, &asks, |l| names.and_then(|n| n.get(l as usize)));
-    let binary_flags: Vec<bool> = wanted.iter().map(|w| w.binary).collect();
-    Ok(render(
-        &p.name,
-        loaded.version,
-        req.id,
-        outputs,
-        &binary_flags,
-    ))
+    Ok(tensor::encode_outputs(&rows, asks, |l| {
+        names.and_then(|n| n.get(l as usize))
+    }))
 }
 
 /// One query's labels and scores, through the same prediction code as `/v1`.
@@ -597,18 +618,7 @@ fn render(
         });
         if bin {
             let before = section.len();
-            match &o.values {
-                OutValues::I64(v) => v
-                    .iter()
-                    .for_each(|x| section.extend_from_slice(&x.to_le_bytes())),
-                OutValues::F32(v) => v
-                    .iter()
-                    .for_each(|x| section.extend_from_slice(&x.to_le_bytes())),
-                OutValues::Bytes(v) => v.iter().for_each(|s| {
-                    section.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                    section.extend_from_slice(s.as_bytes());
-                }),
-            }
+            o.values.write_raw(&mut section);
             entry["parameters"] = json!({"binary_data_size": section.len() - before});
         } else {
             entry["data"] = match &o.values {

@@ -159,6 +159,48 @@ pub const SCORES: &str = "scores";
 /// Label names.
 pub const NAMES_OUTPUT: &str = "names";
 
+/// A tensor a model takes or gives, as the metadata routes describe it.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorSpec {
+    /// Its name.
+    pub name: &'static str,
+    /// Its datatype (an input also takes the others [`decode_queries`] lists).
+    pub datatype: Datatype,
+    /// Its shape, -1 for a dimension of any size.
+    pub shape: &'static [i64],
+}
+
+/// The inputs of a model: `text` if it has a vectorizer (`has_text`), and the ragged triple.
+pub fn model_inputs(has_text: bool) -> Vec<TensorSpec> {
+    let spec = |name, datatype| TensorSpec {
+        name,
+        datatype,
+        shape: &[-1],
+    };
+    let mut inputs = Vec::with_capacity(4);
+    if has_text {
+        inputs.push(spec(TEXT, Datatype::Bytes));
+    }
+    inputs.push(spec(FEATURE_IDS, Datatype::I64));
+    inputs.push(spec(FEATURE_VALUES, Datatype::F32));
+    inputs.push(spec(ROW_OFFSETS, Datatype::I64));
+    inputs
+}
+
+/// The outputs of a model: `labels`, `scores`, and `names` if it has label names.
+pub fn model_outputs(has_names: bool) -> Vec<TensorSpec> {
+    let spec = |name, datatype| TensorSpec {
+        name,
+        datatype,
+        shape: &[-1, -1],
+    };
+    let mut outputs = vec![spec(LABELS, Datatype::I64), spec(SCORES, Datatype::F32)];
+    if has_names {
+        outputs.push(spec(NAMES_OUTPUT, Datatype::Bytes));
+    }
+    outputs
+}
+
 /// The element count a shape describes (`None` on overflow).
 pub fn elements(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
@@ -344,6 +386,26 @@ pub enum OutValues {
     F32(Vec<f32>),
     /// `BYTES`
     Bytes(Vec<String>),
+}
+
+impl OutValues {
+    /// Appends the elements as raw bytes (the binary extension's section, gRPC's
+    /// `raw_output_contents`): little-endian numbers, and each string as a 4-byte little-endian
+    /// length followed by its bytes.
+    pub fn write_raw(&self, out: &mut Vec<u8>) {
+        match self {
+            OutValues::I64(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            OutValues::F32(v) => v
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            OutValues::Bytes(v) => v.iter().for_each(|s| {
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }),
+        }
+    }
 }
 
 /// One output tensor.
