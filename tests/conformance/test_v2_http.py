@@ -1,68 +1,22 @@
 """Conformance of xmc's Open Inference Protocol REST routes with the real client.
 
-Runs `xmc serve --repository` (the binary in XMC_BIN) over a repository built from vendored
-bundles, and talks to it with `tritonclient.http`: health and metadata, inference with text and
-with the ragged feature triple, JSON and binary tensors, classification, two models and two
-versions, and the refused requests.
+Talks to the suite's `xmc serve --repository` (conftest.py) with `tritonclient.http`: health
+and metadata, inference with text and with the ragged feature triple, JSON and binary tensors,
+classification, two models and two versions, and the refused requests.
 """
-
-import os
-import pathlib
-import shutil
-import socket
-import subprocess
-import time
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TEXT_BUNDLE = ROOT / "models" / "default.xmcb"
-FEATURE_BUNDLE = ROOT / "tests" / "data" / "golden" / "model-v4.xmcb"
-DOC = "GTK+ image viewer written in Python"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import DOC, feature_arrays
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("repo")
-    for name, version, bundle in [
-        ("tags", 1, TEXT_BUNDLE),
-        ("small", 1, FEATURE_BUNDLE),
-        ("small", 2, FEATURE_BUNDLE),
-    ]:
-        d = repo / name / str(version)
-        d.mkdir(parents=True)
-        shutil.copy(bundle, d / "model.xmcb")
-    (repo / "small" / "model.toml").write_text('version_policy = "all"\n')
-    port = free_port()
-    env = dict(os.environ, XMC_POLL_INTERVAL_MS="0", XMC_LOG="warn")
-    proc = subprocess.Popen(
-        [os.environ.get("XMC_BIN", str(ROOT / "target/debug/xmc")), "serve",
-         "--repository", str(repo), "--bind", f"127.0.0.1:{port}"],
-        env=env,
-    )
-    client = httpclient.InferenceServerClient(url=f"127.0.0.1:{port}")
-    deadline = time.time() + 60
-    while True:
-        try:
-            if client.is_server_ready():
-                break
-        except Exception:
-            pass
-        assert proc.poll() is None, "xmc serve exited"
-        assert time.time() < deadline, "xmc serve never became ready"
-        time.sleep(0.1)
-    yield client, port
-    proc.terminate()
-    proc.wait(timeout=30)
+def server(xmc):
+    """The REST client of the suite's server (conftest.py), and its port."""
+    return httpclient.InferenceServerClient(url=f"127.0.0.1:{xmc.http_port}"), xmc.http_port
 
 
 def text_input(docs, binary):
@@ -72,12 +26,8 @@ def text_input(docs, binary):
 
 
 def feature_inputs(rows, binary):
-    ids = np.array([i for r in rows for i, _ in r], dtype=np.int64)
-    vals = np.array([v for r in rows for _, v in r], dtype=np.float32)
-    offs = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
     out = []
-    for name, arr, dt in [("feature_ids", ids, "INT64"), ("feature_values", vals, "FP32"),
-                          ("row_offsets", offs, "INT64")]:
+    for name, arr, dt in feature_arrays(rows):
         t = httpclient.InferInput(name, list(arr.shape), dt)
         t.set_data_from_numpy(arr, binary_data=binary)
         out.append(t)
