@@ -48,6 +48,18 @@ fn the_runtime_arguments_are_xmc_serve_flags_and_its_port_is_the_bind_port() {
     for probe_port in field(&text, "port:") {
         assert_eq!(probe_port, port, "a probe on another port than --bind");
     }
+    // The gRPC port is another one, and the NetworkPolicy admits it as it admits --bind's.
+    let grpc = serve.grpc_bind.expect("--grpc-bind");
+    let (_, grpc_port) = grpc.rsplit_once(':').expect("host:port");
+    assert_ne!(grpc_port, port, "gRPC and REST on one port");
+    let policy = std::fs::read_to_string(root.join("deploy/kserve/networkpolicy.yaml")).unwrap();
+    let admitted = field(&policy, "- port:");
+    for p in [port, grpc_port] {
+        assert!(
+            admitted.contains(&p),
+            "the NetworkPolicy does not admit port {p}"
+        );
+    }
 
     // The metrics port the annotation names is the one XMC_METRICS_BIND listens on.
     let metrics = field(&text, "prometheus.kserve.io/port:");
