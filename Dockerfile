@@ -12,8 +12,10 @@ FROM chef AS plan
 # Only what the build reads: the manifests (cargo loads every declared target, benches included,
 # and the loadtest member's), the build flags (.cargo/config.toml: x86-64-v2, whose POPCNT the
 # search uses; the recipe carries them, so the dependencies are built with them too), the
-# sources, and the OpenAPI document the server embeds.
-COPY Cargo.toml Cargo.lock openapi.json ./
+# sources, the OpenAPI document the server embeds, and the gRPC service's .proto with the build
+# script that compiles it (with the protoc that protoc-bin-vendored ships).
+COPY Cargo.toml Cargo.lock openapi.json build.rs ./
+COPY proto/ proto/
 COPY .cargo/ .cargo/
 COPY src/ src/
 COPY benches/ benches/
