@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// The stream of `seed` that draws the fold.
-const FOLD_SEED_STREAM: u64 = 0x4EF0_1D;
+const FOLD_SEED_STREAM: u64 = 0x004E_F01D;
 
 /// One point in `FOLD_SHARE` is held out.
 const FOLD_SHARE: usize = 10;
