@@ -355,6 +355,7 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("defrag_average", "defrag.average"),
     ("fiat", "defrag.fiat"),
     ("refrag", "defrag.refrag"),
+    ("refrag_search", "defrag.search"),
     ("refrag_alpha", "defrag.alpha"),
     ("refrag_gamma", "defrag.gamma_r"),
     ("refrag_candidates", "defrag.candidates"),

@@ -80,16 +80,33 @@ pub struct DefragParams {
     /// REFRAG reranking by default at prediction; stores the prototypes (over the clusters, or
     /// over the input features when `kind` is off).
     pub refrag: bool,
+    /// Choose α and γ_r on a held-out fold of the training set (when `refrag` is on); off keeps
+    /// `alpha` and `gamma_r` as given. Left out of the metadata when default (on).
+    #[serde(default, skip_serializing_if = "crate::settings::omit_default")]
+    pub search: RefragSearch,
     /// REFRAG's α: the weight of the tree's log-probability.
     pub alpha: f32,
     /// REFRAG's γ_r: the scale of the prototype affinity.
     pub gamma_r: f32,
     /// How many candidates the tree search returns for reranking (at least k).
     pub candidates: usize,
-    /// On a model without DEFRAG, the most entries each label's prototype over the input
-    /// features keeps (its largest); 0 keeps them all. Left out of the metadata when default.
+    /// The most entries each label's prototype keeps (its largest), over the clusters with
+    /// DEFRAG and over the input features without; 0 keeps them all. Left out of the metadata
+    /// when default.
     #[serde(default, skip_serializing_if = "crate::settings::omit_default")]
     pub prototype_entries: PrototypeEntries,
+}
+
+/// Whether the trainer chooses REFRAG's α and γ_r on a held-out fold (a type of its own so that
+/// its default, on, is also `Default`, and bundles trained before it keep their bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RefragSearch(pub bool);
+
+impl Default for RefragSearch {
+    fn default() -> Self {
+        RefragSearch(true)
+    }
 }
 
 /// The most entries a prototype over the input features keeps, 0 for all (a type of its own so
@@ -123,6 +140,7 @@ impl DefragParams {
         average: false,
         fiat: false,
         refrag: false,
+        search: RefragSearch(true),
         alpha: 0.8,
         gamma_r: 20.0,
         candidates: 20,

@@ -90,7 +90,7 @@ pub fn build(
     let prototypes = params.refrag.then(|| {
         let w = feature_weights(&map, &sizes, params.average, scale.as_deref());
         let imputed = agglomerate(&ds.features, &map, &w, sizes.len());
-        prototypes(&imputed, &ds.labels)
+        largest_entries(prototypes(&imputed, &ds.labels), params.prototype_entries.0)
     });
     if normalize {
         crate::data::l2_normalize_rows(&mut features);
@@ -422,7 +422,12 @@ pub fn input_prototypes(
     labels: &SparseMatrix,
     entries: usize,
 ) -> Prototypes {
-    let full = prototypes(features, labels);
+    largest_entries(prototypes(features, labels), entries)
+}
+
+/// Each row of `full` cut to its `entries` largest values by magnitude (ties to the lower
+/// column; 0 keeps every entry), in column order and not normalized again.
+pub fn largest_entries(full: Prototypes, entries: usize) -> Prototypes {
     if entries == 0 {
         return full;
     }

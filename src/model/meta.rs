@@ -54,6 +54,10 @@ pub struct ModelMeta {
     /// trained on feature vectors (and in bundles made before text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<crate::text::TextMeta>,
+    /// How REFRAG's (α, γ_r) were chosen on a held-out fold: the grid's figures, the model's
+    /// without REFRAG, and the pair chosen. Absent when the trainer did not search them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refrag: Option<crate::train::refrag::RefragChoice>,
     /// When and how fast the model was made; the only field that differs between reproducible runs.
     pub created: Created,
 }

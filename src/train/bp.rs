@@ -298,7 +298,7 @@ pub fn block_dataset(ds: &Dataset, rows: &[u32], cluster: &[u32]) -> Dataset {
 }
 
 /// The rows `rows` of `ds`, all labels kept.
-fn subset(ds: &Dataset, rows: &[u32]) -> Dataset {
+pub(super) fn subset(ds: &Dataset, rows: &[u32]) -> Dataset {
     Dataset {
         features: select_rows(&ds.features, rows),
         labels: select_rows(&ds.labels, rows),

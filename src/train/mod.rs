@@ -5,6 +5,7 @@
 //! one bundle with a JSON `meta` section, written atomically.
 
 pub mod bp;
+pub mod refrag;
 mod rerank;
 pub mod shard;
 
@@ -59,6 +60,14 @@ pub enum TrainError {
     #[error("OVA reranker: searching training point {point}: {source}")]
     RerankSearch {
         /// The point (its row in the training data).
+        point: usize,
+        /// Why.
+        source: crate::model::QueryError,
+    },
+    /// The fold model refused a held-out point while REFRAG's weights were chosen.
+    #[error("REFRAG weights: predicting held-out point {point}: {source}")]
+    RefragSearch {
+        /// The point (its row in the held-out fold).
         point: usize,
         /// Why.
         source: crate::model::QueryError,
@@ -187,7 +196,39 @@ pub struct TrainInputs {
 
 /// Trains a model on `ds` (rows already normalized if the config says so) and lays out its bundle.
 /// `heldout` is filled in later by the caller if it evaluates on a test file.
+///
+/// With REFRAG on and `refrag_search` on, REFRAG's (α, γ_r) are first chosen on a held-out fold
+/// ([`refrag`]) and become the model's; the fold's figures are recorded as `meta.refrag`.
 pub fn train(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    inputs: TrainInputs,
+    progress: &dyn Progress,
+) -> Result<Trained, TrainError> {
+    if !(cfg.defrag.refrag && cfg.defrag.search.0) {
+        return train_model(ds, cfg, inputs, progress);
+    }
+    check_inputs(ds, &inputs)?;
+    let start = Instant::now();
+    let choice = refrag::search(ds, cfg, progress)?;
+    let search_s = start.elapsed().as_secs_f64();
+    let mut cfg = cfg.clone();
+    if let Some(c) = &choice {
+        cfg.defrag.alpha = c.alpha;
+        cfg.defrag.gamma_r = c.gamma;
+    }
+    let mut trained = train_model(ds, &cfg, inputs, progress)?;
+    trained.meta.refrag = choice;
+    trained
+        .meta
+        .created
+        .seconds
+        .insert("refrag_search".into(), search_s.into());
+    Ok(trained)
+}
+
+/// [`train`] with REFRAG's weights as `cfg` gives them.
+fn train_model(
     ds: &Dataset,
     cfg: &TrainConfig,
     inputs: TrainInputs,
@@ -345,6 +386,7 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         tree_stats,
         bp: bp.as_ref().map(|b| b.meta.clone()),
         text: inputs.text.as_ref().map(|t| t.meta.clone()),
+        refrag: None,
         created: Created {
             unix_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

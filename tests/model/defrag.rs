@@ -431,6 +431,116 @@ fn refrag_on_a_plain_model_stores_input_prototypes_and_reranks() {
     }
 }
 
+/// REFRAG's (α, γ_r) chosen on a held-out tenth of the training set: the pair and every grid
+/// point's figures are in the metadata, the pair is the model's default, the same inputs give
+/// the same bundle, and `refrag_search = off` keeps a pair given in the config.
+#[test]
+fn refrag_weights_are_chosen_on_a_held_out_fold_unless_given() {
+    use xmc::train::refrag::{P1_TOLERANCE, choose, grid};
+    let (train, test) = (load("train"), load("test"));
+    let sets = ["max_leaf=40", "refrag=on"];
+    let t = train_with(&train, &sets);
+    let c = t.meta.refrag.clone().unwrap();
+    assert_eq!(c.fold_points, train.n_points() / 10);
+    assert_eq!(c.train_points + c.fold_points, train.n_points());
+    let pairs: Vec<(f32, f32)> = c.grid.iter().map(|g| (g.alpha, g.gamma)).collect();
+    assert_eq!(pairs, grid());
+    for f in c.grid.iter().map(|g| &g.figures).chain([&c.baseline]) {
+        assert!(
+            [f.p1, f.psp5, f.coverage5]
+                .iter()
+                .all(|v| (0.0..=1.0).contains(v))
+        );
+    }
+    assert!(c.baseline.p1 > 0.0);
+    match choose(&c.baseline, &c.grid) {
+        Some(i) => {
+            assert!(c.within_tolerance);
+            assert_eq!((c.grid[i].alpha, c.grid[i].gamma), (c.alpha, c.gamma));
+            assert!(c.grid[i].figures.p1 >= c.baseline.p1 - P1_TOLERANCE - 1e-9);
+        }
+        None => assert!(!c.within_tolerance && c.alpha == 1.0),
+    }
+    let dp = &t.meta.config.defrag;
+    assert_eq!((dp.alpha, dp.gamma_r), (c.alpha, c.gamma));
+    let meta = serde_json::to_value(&t.meta).unwrap();
+    assert_eq!(
+        meta["refrag"]["grid"].as_array().unwrap().len(),
+        pairs.len()
+    );
+    assert!(
+        meta["created"]["seconds"]["refrag_search"]
+            .as_f64()
+            .is_some()
+    );
+
+    // The chosen pair is what a default prediction uses.
+    let model = open(&t).unwrap();
+    let pair = PredictOptions {
+        rerank_alpha: Some(c.alpha),
+        rerank_gamma: Some(c.gamma),
+        ..PredictOptions::default()
+    };
+    for row in 0..20 {
+        let (idx, val) = test.feature_row(row);
+        assert_eq!(
+            model.predict(idx, val, &PredictOptions::default()).unwrap(),
+            model.predict(idx, val, &pair).unwrap()
+        );
+    }
+
+    // Given weights win with the search off; the sections are the searched model's.
+    let given = train_with(
+        &train,
+        &[
+            "max_leaf=40",
+            "refrag=on",
+            "refrag_search=off",
+            "refrag_alpha=0.7",
+            "refrag_gamma=3",
+        ],
+    );
+    assert!(given.meta.refrag.is_none());
+    let dp = &given.meta.config.defrag;
+    assert_eq!((dp.alpha, dp.gamma_r), (0.7, 3.0));
+    assert_eq!(given.meta.version, t.meta.version);
+
+    // Deterministic: the same data, settings and seed give the same bytes but for `created`.
+    let bytes = |mut t: Trained| {
+        t.meta.created = xmc::model::Created::default();
+        t.to_bytes().unwrap()
+    };
+    let again = train_with(&train, &sets);
+    assert_eq!(again.meta.refrag, t.meta.refrag);
+    assert!(bytes(again) == bytes(t));
+}
+
+/// With DEFRAG, `refrag_entries` cuts each prototype over the clusters to its largest entries,
+/// as it does the input-space ones.
+#[test]
+fn defrag_prototypes_keep_their_largest_entries() {
+    use xmc::defrag::train::largest_entries;
+    let train = load("train");
+    let sets = |entries: &'static str| {
+        [
+            "max_leaf=40",
+            "trees=1",
+            "defrag=xy",
+            "d0=8",
+            "refrag=on",
+            "refrag_search=off",
+            entries,
+        ]
+    };
+    let all = train_with(&train, &sets("refrag_entries=0"));
+    let cut = train_with(&train, &sets("refrag_entries=5"));
+    let all = all.defrag[0].prototypes.clone().unwrap();
+    let cut = cut.defrag[0].prototypes.as_ref().unwrap();
+    assert!(cut.start.windows(2).all(|w| w[1] - w[0] <= 5));
+    assert!(cut.idx.len() < all.idx.len());
+    assert_eq!(*cut, largest_entries(all, 5));
+}
+
 /// Damaged input-space prototypes: the verified open refuses out-of-range columns, bad offsets
 /// and non-finite values; the structural open (O(1) checks) accepts them and predicting reads
 /// them bounds-checked, without panicking. Wrong lengths fail either open, a flipped byte the
