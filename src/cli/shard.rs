@@ -5,11 +5,12 @@
 //! the data; `merge` checks the shards against the plan and writes the bundle `xmc train` would
 //! have written. [`crate::train::shard`] has the details.
 
-use super::train::{TrainArgs, data_format, init_threads, load_data, names_beside, xc_inputs};
+use super::train::{TrainArgs, data_format, init_threads, load_data, names_beside};
 use crate::config::TrainConfig;
 use crate::data::{self, Dataset};
 use crate::text::jsonl::DataFormat;
-use crate::train::shard::{DataId, Plan, Shard, merge};
+use crate::train::TrainInputs;
+use crate::train::shard::{DataId, Plan, Shard, merge, shape_of};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
@@ -163,7 +164,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let ds = read_xc(&args.data.train, cfg.normalize)?;
     let names = names_paths(&args.data);
     let id = DataId::of(
-        &ds,
+        shape_of(&ds),
         &args.data.train,
         [names[0].as_deref(), names[1].as_deref()],
     )?;
@@ -209,7 +210,10 @@ fn shard(args: ShardArgs) -> anyhow::Result<()> {
     let plan = Plan::read(&args.plan)?;
     init_threads(&plan.meta.config);
     let ds = read_xc(&args.data.train, plan.meta.config.normalize)?;
-    plan.check_data(&DataId::of(&ds, &args.data.train, [None, None])?, false)?;
+    plan.check_data(
+        &DataId::of(shape_of(&ds), &args.data.train, [None, None])?,
+        false,
+    )?;
     let read_s = start.elapsed().as_secs_f64();
     let mut shard = Shard::train(&plan, &ds, index, args.of)?;
     shard.meta.seconds.insert("read".into(), read_s);
@@ -229,11 +233,12 @@ fn merge_shards(args: MergeArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let plan = Plan::read(&args.plan)?;
     init_threads(&plan.meta.config);
-    let ds = read_xc(&args.data.train, plan.meta.config.normalize)?;
+    // The data's digest must be the plan's; what the model keeps of the data comes from the plan,
+    // so the data is not parsed again.
     let names = names_paths(&args.data);
     plan.check_data(
         &DataId::of(
-            &ds,
+            plan.meta.data.shape,
             &args.data.train,
             [names[0].as_deref(), names[1].as_deref()],
         )?,
@@ -246,10 +251,14 @@ fn merge_shards(args: MergeArgs) -> anyhow::Result<()> {
             })
             .transpose()
     };
-    let inputs = xc_inputs(&ds, read(&names[0])?, read(&names[1])?)?;
+    let inputs = TrainInputs {
+        label_names: read(&names[0])?,
+        feature_names: read(&names[1])?,
+        ..TrainInputs::default()
+    };
     let mut seconds = serde_json::Map::new();
     seconds.insert("read".into(), start.elapsed().as_secs_f64().into());
-    let trained = merge(&plan, &ds, inputs, &args.shards, seconds)?;
+    let trained = merge(&plan, inputs, &args.shards, seconds)?;
     let bytes = trained.write(&args.out)?;
     eprintln!(
         "wrote {} ({bytes} bytes, version {}) from {} shards in {:.2} s",

@@ -38,13 +38,50 @@ fn bp_err(e: impl std::fmt::Display) -> TrainError {
     TrainError::Bp(e.to_string())
 }
 
-/// Trains the BP stage on `ds` (rows already normalised if the config says so).
-pub fn train_bp(
+/// The part of BP training that is computed once, before any classifier: λ_bp (with its
+/// cross-validation), the partition and what the metadata records of it.
+#[derive(Debug)]
+pub struct BpPlanned {
+    /// The partition of the points into blocks and of the labels into clusters.
+    pub part: Partition,
+    /// What the metadata records.
+    pub meta: BpMeta,
+    /// Wall-clock seconds per phase: `bp_cv` (and its parts), `bp_partition`.
+    pub seconds: Vec<(String, f64)>,
+}
+
+/// The seed every BP stream derives from.
+fn bp_seed(cfg: &TrainConfig) -> u64 {
+    derive_seed(cfg.seed, 0xB10C)
+}
+
+/// The router's solver settings.
+pub fn router_solver(cfg: &TrainConfig) -> SolverParams {
+    SolverParams {
+        seed: derive_seed(bp_seed(cfg), 1),
+        ..cfg.solver
+    }
+}
+
+/// The seed of block `b`'s model (its partition and its classifiers).
+pub fn block_seed(cfg: &TrainConfig, b: usize) -> u64 {
+    derive_seed(bp_seed(cfg), 100 + b as u64)
+}
+
+/// The points of block `b`, in order.
+pub fn block_rows(assign: &[u32], b: usize) -> Vec<u32> {
+    (0..assign.len() as u32)
+        .filter(|&i| assign[i as usize] as usize == b)
+        .collect()
+}
+
+/// Chooses λ_bp and the partition of `ds` (rows already normalised if the config says so).
+pub fn plan_bp(
     ds: &Dataset,
     cfg: &TrainConfig,
     progress: &dyn Progress,
-) -> Result<BpTrained, TrainError> {
-    let seed = derive_seed(cfg.seed, 0xB10C);
+) -> Result<BpPlanned, TrainError> {
+    let seed = bp_seed(cfg);
     let mut seconds = Vec::new();
     let start = Instant::now();
     let mut cv_seconds = CvSeconds::default();
@@ -66,20 +103,6 @@ pub fn train_bp(
     progress.step();
     seconds.push(("bp_partition".to_string(), start.elapsed().as_secs_f64()));
 
-    let start = Instant::now();
-    progress.phase("BP: router", 1);
-    let solver = SolverParams {
-        seed: derive_seed(seed, 1),
-        ..cfg.solver
-    };
-    let router = train_router(&ds.features, &part.assign, part.q(), &solver)?;
-    progress.step();
-    seconds.push(("bp_router".to_string(), start.elapsed().as_secs_f64()));
-
-    let start = Instant::now();
-    let trained = train_blocks(ds, &part, cfg, seed, progress)?;
-    seconds.push(("bp_blocks".to_string(), start.elapsed().as_secs_f64()));
-
     let total_ones = ds.labels.nnz().max(1) as f64;
     let captured = partition::captured_ones(&ds.labels, &part.assign, &part.clusters) as f64;
     let meta = BpMeta {
@@ -91,7 +114,7 @@ pub fn train_bp(
             "configured".into()
         },
         block_model: cfg.block_model,
-        block_points: trained.points,
+        block_points: part.block_sizes(),
         block_labels: part.clusters.iter().map(Vec::len).collect(),
         captured_frac: captured / total_ones,
         objective: part.objective(),
@@ -99,6 +122,36 @@ pub fn train_bp(
         q_search,
         cv,
     };
+    Ok(BpPlanned {
+        part,
+        meta,
+        seconds,
+    })
+}
+
+/// Trains the BP stage on `ds` (rows already normalised if the config says so).
+pub fn train_bp(
+    ds: &Dataset,
+    cfg: &TrainConfig,
+    progress: &dyn Progress,
+) -> Result<BpTrained, TrainError> {
+    let BpPlanned {
+        part,
+        meta,
+        mut seconds,
+    } = plan_bp(ds, cfg, progress)?;
+
+    let start = Instant::now();
+    progress.phase("BP: router", 1);
+    let router = train_router(&ds.features, &part.assign, part.q(), &router_solver(cfg))?;
+    progress.step();
+    seconds.push(("bp_router".to_string(), start.elapsed().as_secs_f64()));
+
+    let start = Instant::now();
+    let trained = train_blocks(ds, &part, cfg, bp_seed(cfg), progress)?;
+    seconds.push(("bp_blocks".to_string(), start.elapsed().as_secs_f64()));
+    debug_assert_eq!(trained.points, meta.block_points);
+
     Ok(BpTrained {
         arrays: BpArrays {
             router,
@@ -130,9 +183,7 @@ fn train_blocks(
     let mut stats = Vec::with_capacity(part.q());
     let mut points = Vec::with_capacity(part.q());
     for (b, cluster) in part.clusters.iter().enumerate() {
-        let rows: Vec<u32> = (0..ds.n_points() as u32)
-            .filter(|&i| part.assign[i as usize] as usize == b)
-            .collect();
+        let rows = block_rows(&part.assign, b);
         points.push(rows.len());
         let bds = block_dataset(ds, &rows, cluster);
         let name = format!("block {b}");
@@ -261,14 +312,31 @@ fn train_router(
     q: usize,
     solver: &SolverParams,
 ) -> Result<Arrays, TrainError> {
-    let labels = one_hot(assign, q);
-    let rds = Dataset {
-        features: x.clone(),
-        labels,
-    };
+    let rds = router_dataset(x, assign, q);
     let layout = single_leaf(q).map_err(bp_err)?;
     train_tree(&rds, &layout, solver, Negatives::TeacherForced, &|| {})
         .map_err(|e| bp_err(format!("router: {e}")))
+}
+
+/// The router's data set: every point, with its block as its one label.
+pub fn router_dataset(x: &SparseMatrix, assign: &[u32], q: usize) -> Dataset {
+    Dataset {
+        features: x.clone(),
+        labels: one_hot(assign, q),
+    }
+}
+
+/// The label tree (or the flat model's one leaf) of a block's model on the block's data set
+/// `bds`: the one [`train_kind`] trains with the block's seed.
+pub fn block_layout(
+    bds: &Dataset,
+    cfg: &TrainConfig,
+    seed: u64,
+) -> Result<crate::tree::layout::TreeLayout, TrainError> {
+    let weighted = cfg.block_model == ModelKind::Tree && cfg.lambda > 0.0;
+    let freqs = weighted.then(|| label_frequencies(&bds.labels, cfg.freq));
+    super::tree_layout(bds, cfg, cfg.block_model, freqs.as_ref(), None, seed)
+        .map_err(|e| bp_err(e.to_string()))
 }
 
 /// The n × q indicator matrix of the blocks.

@@ -277,7 +277,7 @@ fn train_model(
         p
     });
     let mut trained = assemble(
-        ds,
+        DataFacts::of(ds, inputs.train_stats.is_null()),
         cfg,
         inputs,
         Parts {
@@ -303,17 +303,49 @@ fn train_model(
     Ok(trained)
 }
 
+/// What a model's metadata and label counts take from its training data: its shape, each
+/// label's count and its statistics. The merge of shards has it from the plan, not the data.
+#[derive(Debug)]
+pub(crate) struct DataFacts {
+    /// Points, features and labels.
+    pub shape: [usize; 3],
+    /// Training-set count of each label.
+    pub label_counts: Vec<u32>,
+    /// [`crate::data::DataStats`] of the data, when known.
+    pub stats: Option<serde_json::Value>,
+}
+
+impl DataFacts {
+    /// The facts of `ds`, its statistics computed only if `with_stats`.
+    pub(crate) fn of(ds: &Dataset, with_stats: bool) -> DataFacts {
+        DataFacts {
+            shape: [ds.n_points(), ds.n_features(), ds.n_labels()],
+            label_counts: crate::data::label_counts(&ds.labels),
+            stats: with_stats
+                .then(|| serde_json::to_value(crate::data::DataStats::of(ds)).unwrap_or_default()),
+        }
+    }
+}
+
 /// Refuses data that cannot train a model, and names or a vectorizer that do not fit it.
 fn check_inputs(ds: &Dataset, inputs: &TrainInputs) -> Result<(), TrainError> {
-    if ds.n_labels() == 0 {
+    check_shape([ds.n_points(), ds.n_features(), ds.n_labels()], inputs)
+}
+
+/// [`check_inputs`] for data of shape `[points, features, labels]`.
+fn check_shape(
+    [n_points, n_features, n_labels]: [usize; 3],
+    inputs: &TrainInputs,
+) -> Result<(), TrainError> {
+    if n_labels == 0 {
         return Err(TrainError::Data("the data has no labels (L = 0)".into()));
     }
-    if ds.n_points() == 0 {
+    if n_points == 0 {
         return Err(TrainError::Data("the data has no points".into()));
     }
     for (names, n, what) in [
-        (&inputs.label_names, ds.n_labels(), "label"),
-        (&inputs.feature_names, ds.n_features(), "feature"),
+        (&inputs.label_names, n_labels, "label"),
+        (&inputs.feature_names, n_features, "feature"),
     ] {
         if let Some(names) = names.as_ref().filter(|names| names.len() != n) {
             return Err(TrainError::Data(format!(
@@ -322,15 +354,10 @@ fn check_inputs(ds: &Dataset, inputs: &TrainInputs) -> Result<(), TrainError> {
             )));
         }
     }
-    if let Some(text) = inputs
-        .text
-        .as_ref()
-        .filter(|t| t.idf.len() != ds.n_features())
-    {
+    if let Some(text) = inputs.text.as_ref().filter(|t| t.idf.len() != n_features) {
         return Err(TrainError::Data(format!(
-            "the text vectorizer has {} terms for {} features",
+            "the text vectorizer has {} terms for {n_features} features",
             text.idf.len(),
-            ds.n_features()
         )));
     }
     Ok(())
@@ -348,7 +375,7 @@ struct Parts {
 }
 
 /// The model of `parts` with its metadata, but for the content version (and the reranker).
-fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) -> Trained {
+fn assemble(data: DataFacts, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) -> Trained {
     let Parts {
         trees,
         tree_stats,
@@ -358,7 +385,11 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         fiat,
         seconds,
     } = parts;
-    let label_counts = crate::data::label_counts(&ds.labels);
+    let DataFacts {
+        shape: [_, n_features, n_labels],
+        label_counts,
+        stats,
+    } = data;
     let meta = ModelMeta {
         format: MODEL_FORMAT.to_string(),
         name: if cfg.name.is_empty() {
@@ -368,8 +399,8 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         },
         // Set below, once every section is known.
         version: String::new(),
-        n_features: ds.n_features(),
-        n_labels: ds.n_labels(),
+        n_features,
+        n_labels,
         trees: cfg.trees,
         loss: cfg.solver.loss,
         normalize: cfg.normalize,
@@ -377,10 +408,9 @@ fn assemble(ds: &Dataset, cfg: &TrainConfig, inputs: TrainInputs, parts: Parts) 
         has_label_names: inputs.label_names.is_some(),
         has_feature_names: inputs.feature_names.is_some(),
         config: cfg.clone(),
-        train_data: if inputs.train_stats.is_null() {
-            serde_json::to_value(crate::data::DataStats::of(ds)).unwrap_or_default()
-        } else {
-            inputs.train_stats
+        train_data: match (inputs.train_stats, stats) {
+            (serde_json::Value::Null, Some(stats)) => stats,
+            (given, _) => given,
         },
         heldout: None,
         tree_stats,

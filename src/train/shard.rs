@@ -16,13 +16,14 @@
 //! Plans and shards are bundle files (checksummed sections, written atomically), so a shard that
 //! fails leaves nothing behind, and a damaged one is refused by its checksums.
 
-use super::{Parts, TrainError, TrainInputs, Trained, assemble, content_hash, tree_stats};
+use super::{Parts, TrainError, TrainInputs, Trained, assemble, bp, content_hash, tree_stats};
 use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId, row_slices};
 use crate::linear::LinearColumn;
+use crate::router::{BlockArrays, BpArrays, BpMeta};
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{lay_out, train_node_outputs};
+use crate::tree::train::{TreeTrainError, lay_out, train_node_outputs};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -46,6 +47,10 @@ const BIAS: &str = "bias";
 const STARTS: &str = "starts";
 const INDICES: &str = "indices";
 const VALUES: &str = "values";
+const LABEL_COUNTS: &str = "label_counts";
+const BP_ASSIGN: &str = "bp.assign";
+const BP_CLUSTER_OFFSETS: &str = "bp.cluster_offsets";
+const BP_CLUSTER_LABELS: &str = "bp.cluster_labels";
 const LAYOUT_PARTS: [&str; 5] = [
     "first_child",
     "n_children",
@@ -101,8 +106,13 @@ pub struct DataId {
 }
 
 impl DataId {
-    /// The identity of `ds`, read from `train`, with the names files `names` (labels, features).
-    pub fn of(ds: &Dataset, train: &Path, names: [Option<&Path>; 2]) -> Result<DataId, ShardError> {
+    /// The identity of data of shape `[points, features, labels]` read from `train`, with the
+    /// names files `names` (labels, features).
+    pub fn of(
+        shape: [usize; 3],
+        train: &Path,
+        names: [Option<&Path>; 2],
+    ) -> Result<DataId, ShardError> {
         let mut h = Sha256::new();
         for path in names {
             match path {
@@ -114,9 +124,14 @@ impl DataId {
         Ok(DataId {
             train_sha256: file_sha256(train)?,
             names_sha256: hex(&h.finalize()),
-            shape: [ds.n_points(), ds.n_features(), ds.n_labels()],
+            shape,
         })
     }
+}
+
+/// Points, features and labels of `ds`.
+pub fn shape_of(ds: &Dataset) -> [usize; 3] {
+    [ds.n_points(), ds.n_features(), ds.n_labels()]
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -165,6 +180,11 @@ pub struct PlanMeta {
     pub config: TrainConfig,
     /// Wall-clock seconds of the plan's steps.
     pub seconds: BTreeMap<String, f64>,
+    /// The data's statistics, as the model's metadata records them.
+    pub data_stats: serde_json::Value,
+    /// With BP: what the model's metadata records of the partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bp: Option<BpMeta>,
 }
 
 /// What is computed once: the trees and the costed units.
@@ -172,20 +192,22 @@ pub struct PlanMeta {
 pub struct Plan {
     /// The JSON section.
     pub meta: PlanMeta,
-    /// Every member's label tree (a flat model's single leaf).
+    /// Every model's label tree (a flat model's single leaf): the ensemble's members, or with
+    /// BP the router (model 0) and then each block's model.
     pub layouts: Vec<TreeLayout>,
-    /// The work, in (tree, node, output) order.
+    /// The work, in (model, node, output) order.
     pub units: Vec<Unit>,
     /// Each unit's estimated cost.
     pub costs: Vec<u64>,
+    /// With BP, the partition.
+    pub bp: Option<BpBlocks>,
+    /// Each label's count in the data (the model holds them; the merge takes them from here).
+    pub label_counts: Vec<u32>,
 }
 
 /// Refuses what the shards cannot train exactly as one process does.
 fn check_config(cfg: &TrainConfig) -> Result<(), ShardError> {
     let refuse = |what: &str| Err(ShardError::Unsupported(what.to_string()));
-    if cfg.bp {
-        return refuse("BP (bp = true)");
-    }
     if cfg.defrag.on() || cfg.defrag.refrag {
         return refuse("DEFRAG or REFRAG");
     }
@@ -201,82 +223,163 @@ fn check_config(cfg: &TrainConfig) -> Result<(), ShardError> {
     Ok(())
 }
 
+/// Appends the units of `layout` (model `m`, of kind `kind`, trained on `ds`) and their
+/// estimated costs.
+fn cost_units(
+    m: usize,
+    layout: &TreeLayout,
+    ds: &Dataset,
+    kind: ModelKind,
+    units: &mut Vec<Unit>,
+    costs: &mut Vec<u64>,
+) {
+    let row_nnz: Vec<u64> = (0..ds.n_points())
+        .map(|i| row_slices(&ds.features, i).0.len() as u64)
+        .collect();
+    let mut label_nnz = vec![0u64; ds.n_labels()];
+    for (p, &nnz) in row_nnz.iter().enumerate() {
+        for &l in ds.label_row(p) {
+            label_nnz[l as usize] += nnz;
+        }
+    }
+    let node_nnz: Vec<u64> = layout
+        .points_per_node(ds)
+        .iter()
+        .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
+        .collect();
+    for node in 0..layout.n_nodes() {
+        let unit = |first: usize, count: usize| Unit {
+            tree: m as u32,
+            node: node as u32,
+            first: first as u32,
+            count: count as u32,
+        };
+        let labels = layout.labels_of(node);
+        if layout.is_leaf(node) && kind == ModelKind::Tree {
+            // A leaf's labels share one problem over its points: one unit.
+            units.push(unit(0, labels.len()));
+            costs
+                .push(node_nnz[node] + labels.iter().map(|l| label_nnz[l.0 as usize]).sum::<u64>());
+        } else if layout.is_leaf(node) {
+            let base = node_nnz[node] / labels.len().max(1) as u64;
+            for (k, l) in labels.iter().enumerate() {
+                units.push(unit(k, 1));
+                costs.push(base + label_nnz[l.0 as usize]);
+            }
+        } else {
+            let children = layout.children(node);
+            let base = node_nnz[node] / children.len().max(1) as u64;
+            for (k, c) in children.enumerate() {
+                units.push(unit(k, 1));
+                costs.push(base + node_nnz[c]);
+            }
+        }
+    }
+}
+
+/// BP's partition as a plan holds it: the block of each point, and each block's labels.
+#[derive(Clone, Debug)]
+pub struct BpBlocks {
+    /// The block of each training point.
+    pub assign: Vec<u32>,
+    /// Per block, its label cluster: sorted global label ids.
+    pub clusters: Vec<Vec<u32>>,
+}
+
+/// What the leaves of model `m` are: a tree's (one problem per leaf) or a flat model's. With BP,
+/// model 0 is the router (flat, one output per block) and model 1 + b block b's model.
+fn model_kind(cfg: &TrainConfig, bp: Option<&BpBlocks>, m: usize) -> ModelKind {
+    match bp {
+        None => cfg.model,
+        Some(_) if m == 0 => ModelKind::Flat,
+        Some(_) => cfg.block_model,
+    }
+}
+
+/// The seed of model `m`'s classifiers.
+fn model_seed(cfg: &TrainConfig, bp: Option<&BpBlocks>, m: usize) -> u64 {
+    match bp {
+        None => crate::seed::member_seed(cfg.seed, m as u64),
+        Some(_) if m == 0 => bp::router_solver(cfg).seed,
+        Some(_) => bp::block_seed(cfg, m - 1),
+    }
+}
+
+/// The data set model `m` trains on, when it is not `ds` itself: BP's router data or a block's.
+fn model_data(ds: &Dataset, bp: Option<&BpBlocks>, m: usize) -> Option<Dataset> {
+    let bp = bp?;
+    Some(if m == 0 {
+        bp::router_dataset(&ds.features, &bp.assign, bp.clusters.len())
+    } else {
+        bp::block_dataset(ds, &bp::block_rows(&bp.assign, m - 1), &bp.clusters[m - 1])
+    })
+}
+
 impl Plan {
     /// Computes the plan of training `ds` (rows normalized as the config says) with `cfg`.
     pub fn make(ds: &Dataset, cfg: &TrainConfig, data: DataId) -> Result<Plan, ShardError> {
         check_config(cfg)?;
         super::check_inputs(ds, &TrainInputs::default())?;
-        let mut seconds = serde_json::Map::new();
-        let start = Instant::now();
-        let (_, members) = super::partition_members(ds, cfg, &super::Quiet, &mut seconds)?;
-        let layouts: Vec<TreeLayout> = members.into_iter().map(|m| m.layout).collect();
-        let partition_s = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let row_nnz: Vec<u64> = (0..ds.n_points())
-            .map(|i| row_slices(&ds.features, i).0.len() as u64)
-            .collect();
-        let mut label_nnz = vec![0u64; ds.n_labels()];
-        for (p, &nnz) in row_nnz.iter().enumerate() {
-            for &l in ds.label_row(p) {
-                label_nnz[l as usize] += nnz;
-            }
-        }
+        let mut seconds = BTreeMap::new();
         let mut units = Vec::new();
         let mut costs = Vec::new();
-        for (t, layout) in layouts.iter().enumerate() {
-            let node_nnz: Vec<u64> = layout
-                .points_per_node(ds)
-                .iter()
-                .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
-                .collect();
-            for node in 0..layout.n_nodes() {
-                let unit = |first: usize, count: usize| Unit {
-                    tree: t as u32,
-                    node: node as u32,
-                    first: first as u32,
-                    count: count as u32,
-                };
-                let labels = layout.labels_of(node);
-                if layout.is_leaf(node) && cfg.model == ModelKind::Tree {
-                    // A leaf's labels share one problem over its points: one unit.
-                    units.push(unit(0, labels.len()));
-                    costs.push(
-                        node_nnz[node]
-                            + labels.iter().map(|l| label_nnz[l.0 as usize]).sum::<u64>(),
-                    );
-                } else if layout.is_leaf(node) {
-                    let base = node_nnz[node] / labels.len().max(1) as u64;
-                    for (k, l) in labels.iter().enumerate() {
-                        units.push(unit(k, 1));
-                        costs.push(base + label_nnz[l.0 as usize]);
-                    }
+        let start = Instant::now();
+        let (layouts, bp, bp_meta) = if cfg.bp {
+            // The partition and every block's label tree are computed here, once; the router
+            // and the blocks' classifiers are the units.
+            let planned = bp::plan_bp(ds, cfg, &super::Quiet)?;
+            seconds.extend(planned.seconds.iter().cloned());
+            let blocks = BpBlocks {
+                assign: planned.part.assign,
+                clusters: planned.part.clusters,
+            };
+            let start = Instant::now();
+            let q = blocks.clusters.len();
+            let mut layouts = Vec::with_capacity(q + 1);
+            for m in 0..=q {
+                let own = model_data(ds, Some(&blocks), m);
+                let d = own.as_ref().unwrap_or(ds);
+                let layout = if m == 0 {
+                    super::single_leaf(q).map_err(TrainError::Layout)?
                 } else {
-                    let children = layout.children(node);
-                    let base = node_nnz[node] / children.len().max(1) as u64;
-                    for (k, c) in children.enumerate() {
-                        units.push(unit(k, 1));
-                        costs.push(base + node_nnz[c]);
-                    }
-                }
+                    bp::block_layout(d, cfg, bp::block_seed(cfg, m - 1))
+                        .map_err(|e| TrainError::Bp(format!("block {}: {e}", m - 1)))?
+                };
+                let kind = model_kind(cfg, Some(&blocks), m);
+                cost_units(m, &layout, d, kind, &mut units, &mut costs);
+                layouts.push(layout);
             }
-        }
+            seconds.insert("blocks".to_string(), start.elapsed().as_secs_f64());
+            (layouts, Some(blocks), Some(planned.meta))
+        } else {
+            let mut secs = serde_json::Map::new();
+            let (_, members) = super::partition_members(ds, cfg, &super::Quiet, &mut secs)?;
+            let layouts: Vec<TreeLayout> = members.into_iter().map(|m| m.layout).collect();
+            seconds.insert("partition".to_string(), start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            for (m, layout) in layouts.iter().enumerate() {
+                cost_units(m, layout, ds, cfg.model, &mut units, &mut costs);
+            }
+            seconds.insert("costs".to_string(), start.elapsed().as_secs_f64());
+            (layouts, None, None)
+        };
+        let facts = super::DataFacts::of(ds, true);
         let mut meta = PlanMeta {
             format: PLAN_FORMAT.to_string(),
             id: String::new(),
             data,
             config: cfg.clone(),
-            seconds: [
-                ("partition".to_string(), partition_s),
-                ("costs".to_string(), start.elapsed().as_secs_f64()),
-            ]
-            .into_iter()
-            .collect(),
+            seconds,
+            data_stats: facts.stats.unwrap_or_default(),
+            bp: bp_meta,
         };
         let mut plan = Plan {
             meta: meta.clone(),
             layouts,
             units,
             costs,
+            bp,
+            label_counts: facts.label_counts,
         };
         meta.id = plan.digest()?;
         plan.meta = meta;
@@ -289,6 +392,8 @@ impl Plan {
         // Plain data structures: serializing them cannot fail.
         h.update(serde_json::to_vec(&self.meta.data).unwrap_or_default());
         h.update(serde_json::to_vec(&self.meta.config).unwrap_or_default());
+        h.update(serde_json::to_vec(&self.meta.data_stats).unwrap_or_default());
+        h.update(serde_json::to_vec(&self.meta.bp).unwrap_or_default());
         let units = self.unit_array();
         let mut w = BundleWriter::new();
         w.add_u32(UNITS, &units)?;
@@ -306,6 +411,7 @@ impl Plan {
             .collect()
     }
 
+    /// The models' layouts and, with BP, the partition, as named arrays.
     fn layout_arrays(&self) -> Vec<(String, Vec<u32>)> {
         let mut out = Vec::new();
         for (t, l) in self.layouts.iter().enumerate() {
@@ -320,6 +426,16 @@ impl Plan {
             for (part, a) in LAYOUT_PARTS.iter().zip(arrays) {
                 out.push((format!("tree{t}.{part}"), a));
             }
+        }
+        out.push((LABEL_COUNTS.to_string(), self.label_counts.clone()));
+        if let Some(bp) = &self.bp {
+            let mut offsets = vec![0u32];
+            for c in &bp.clusters {
+                offsets.push(offsets[offsets.len() - 1] + c.len() as u32);
+            }
+            out.push((BP_ASSIGN.to_string(), bp.assign.clone()));
+            out.push((BP_CLUSTER_OFFSETS.to_string(), offsets));
+            out.push((BP_CLUSTER_LABELS.to_string(), bp.clusters.concat()));
         }
         out
     }
@@ -347,14 +463,42 @@ impl Plan {
                 meta.format
             )));
         }
-        let n_labels = meta.data.shape[2];
+        let [n_points, _, n_labels] = meta.data.shape;
+        let get = |name: &str| -> Result<Vec<u32>, ShardError> {
+            Ok(b.u32s(name)
+                .map_err(|e| bad(e.to_string()))?
+                .as_slice()
+                .to_vec())
+        };
+        let bp = match &meta.bp {
+            None => None,
+            Some(m) => Some(
+                read_bp_blocks(
+                    get(BP_ASSIGN)?,
+                    &get(BP_CLUSTER_OFFSETS)?,
+                    &get(BP_CLUSTER_LABELS)?,
+                    [n_points, m.q, n_labels],
+                )
+                .map_err(bad)?,
+            ),
+        };
+        let label_counts = get(LABEL_COUNTS)?;
+        if label_counts.len() != n_labels {
+            return Err(bad(format!(
+                "{} label counts for {n_labels} labels",
+                label_counts.len()
+            )));
+        }
+        let n_models = bp
+            .as_ref()
+            .map_or(meta.config.trees, |b| 1 + b.clusters.len());
         let mut layouts = Vec::new();
-        for t in 0..meta.config.trees {
-            let get = |part: &str| -> Result<Vec<u32>, ShardError> {
-                Ok(b.u32s(&format!("tree{t}.{part}"))
-                    .map_err(|e| bad(e.to_string()))?
-                    .as_slice()
-                    .to_vec())
+        for t in 0..n_models {
+            let get = |part: &str| get(&format!("tree{t}.{part}"));
+            let n_labels = match &bp {
+                None => n_labels,
+                Some(b) if t == 0 => b.clusters.len(),
+                Some(b) => b.clusters[t - 1].len(),
             };
             let layout = TreeLayout::from_parts(
                 get("first_child")?,
@@ -391,6 +535,8 @@ impl Plan {
             layouts,
             units,
             costs,
+            bp,
+            label_counts,
         };
         plan.check_units().map_err(bad)?;
         if plan.digest()? != plan.meta.id {
@@ -463,6 +609,37 @@ impl Plan {
     }
 }
 
+/// BP's partition from a plan's arrays, checked against `[points, blocks, labels]`.
+fn read_bp_blocks(
+    assign: Vec<u32>,
+    offsets: &[u32],
+    labels: &[u32],
+    [n_points, q, n_labels]: [usize; 3],
+) -> Result<BpBlocks, String> {
+    if assign.len() != n_points || assign.iter().any(|&b| b as usize >= q) {
+        return Err(format!(
+            "its BP partition does not assign {n_points} points to {q} blocks"
+        ));
+    }
+    if offsets.len() != q + 1
+        || offsets.first() != Some(&0)
+        || offsets.windows(2).any(|w| w[0] > w[1])
+        || offsets[q] as usize != labels.len()
+    {
+        return Err("its BP label clusters do not fit together".into());
+    }
+    let clusters: Vec<Vec<u32>> = offsets
+        .windows(2)
+        .map(|w| labels[w[0] as usize..w[1] as usize].to_vec())
+        .collect();
+    if clusters.iter().any(|c| {
+        c.windows(2).any(|w| w[0] >= w[1]) || c.last().is_some_and(|&l| l as usize >= n_labels)
+    }) {
+        return Err("a BP label cluster is not a sorted set of the data's labels".into());
+    }
+    Ok(BpBlocks { assign, clusters })
+}
+
 fn add_layouts<'a>(
     w: &mut BundleWriter<'a>,
     parts: &'a [(String, Vec<u32>)],
@@ -507,6 +684,16 @@ fn assign(costs: &[u64], of: usize) -> Vec<usize> {
         }
     }
     owner
+}
+
+/// The trainer's error for model `t`'s classifiers: a tree of the ensemble, BP's router or
+/// one of its blocks.
+fn model_error(bp: Option<&BpBlocks>, t: usize, source: TreeTrainError) -> TrainError {
+    match bp {
+        None => TrainError::Tree { tree: t, source },
+        Some(_) if t == 0 => TrainError::Bp(format!("router: {source}")),
+        Some(_) => TrainError::Bp(format!("block {}: {source}", t - 1)),
+    }
 }
 
 /// A shard file's JSON section.
@@ -565,37 +752,32 @@ impl Shard {
                 _ => groups.push((key, outs.collect())),
             }
         }
-        let trees_used: Vec<bool> = (0..plan.layouts.len())
-            .map(|t| groups.iter().any(|((gt, _), _)| *gt == t))
-            .collect();
-        let tfn: Vec<Vec<Vec<u32>>> = plan
-            .layouts
-            .iter()
-            .zip(&trees_used)
-            .map(|(l, &used)| {
-                if used {
-                    l.points_per_node(ds)
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
-        let trained: Vec<Vec<LinearColumn>> = groups
-            .par_iter()
-            .map(|((t, node), outs)| {
-                let solver = crate::linear::SolverParams {
-                    seed: crate::seed::member_seed(cfg.seed, *t as u64),
-                    ..cfg.solver
-                };
-                train_node_outputs(ds, &plan.layouts[*t], &solver, *node, outs, &tfn[*t])
-                    .map_err(|source| TrainError::Tree { tree: *t, source })
-            })
-            .collect::<Result<_, _>>()?;
+        // One model at a time: its data set (BP's router or block data), the points reaching
+        // each of its nodes, then its nodes' problems in parallel.
+        let bp = plan.bp.as_ref();
         let mut ids = Vec::new();
         let mut columns = Vec::new();
-        for (((t, node), outs), cols) in groups.iter().zip(trained) {
-            ids.extend(outs.iter().map(|&o| [*t as u32, *node as u32, o]));
-            columns.extend(cols);
+        for model in groups.chunk_by(|a, b| a.0.0 == b.0.0) {
+            let t = model[0].0.0;
+            let own = model_data(ds, bp, t);
+            let d = own.as_ref().unwrap_or(ds);
+            let layout = &plan.layouts[t];
+            let tfn = layout.points_per_node(d);
+            let solver = crate::linear::SolverParams {
+                seed: model_seed(cfg, bp, t),
+                ..cfg.solver
+            };
+            let trained: Vec<Vec<LinearColumn>> = model
+                .par_iter()
+                .map(|((_, node), outs)| {
+                    train_node_outputs(d, layout, &solver, *node, outs, &tfn)
+                        .map_err(|source| model_error(bp, t, source))
+                })
+                .collect::<Result<_, _>>()?;
+            for (((t, node), outs), cols) in model.iter().zip(trained) {
+                ids.extend(outs.iter().map(|&o| [*t as u32, *node as u32, o]));
+                columns.extend(cols);
+            }
         }
         let loads = plan.shard_costs(of);
         let meta = ShardMeta {
@@ -690,18 +872,18 @@ impl Shard {
     }
 }
 
-/// Merges the shards at `paths` (each read and checked against `plan`) into the model of `ds`
-/// with `inputs`, as `train` would have trained it. `seconds` (e.g. the data read) go into the
-/// creation record beside each shard's time.
+/// Merges the shards at `paths` (each read and checked against `plan`) into the model of the
+/// plan's data with `inputs`, as `train` would have trained it: what the model holds of the data
+/// itself (its shape, statistics and label counts) comes from the plan. `seconds` (e.g. the
+/// checks of the data) go into the creation record beside each shard's time.
 pub fn merge(
     plan: &Plan,
-    ds: &Dataset,
     inputs: TrainInputs,
     paths: &[PathBuf],
     mut seconds: serde_json::Map<String, serde_json::Value>,
 ) -> Result<Trained, ShardError> {
     let cfg = &plan.meta.config;
-    super::check_inputs(ds, &inputs)?;
+    super::check_shape(plan.meta.data.shape, &inputs)?;
     if paths.is_empty() {
         return Err(ShardError::Shards("no shard files given".into()));
     }
@@ -801,24 +983,57 @@ pub fn merge(
             .into_iter()
             .map(|outs| outs.into_iter().collect::<Option<Vec<_>>>())
             .collect::<Option<_>>()
-            .ok_or_else(|| ShardError::Shards(format!("tree {t} lacks classifiers")))?;
+            .ok_or_else(|| ShardError::Shards(format!("model {t} lacks classifiers")))?;
         let arrays =
-            lay_out(layout, &nodes).map_err(|source| TrainError::Tree { tree: t, source })?;
+            lay_out(layout, &nodes).map_err(|source| model_error(plan.bp.as_ref(), t, source))?;
         stats.push(tree_stats(layout, &arrays));
         trees.push(arrays);
     }
+    // With BP the models are the router and the blocks' models, and the statistics the blocks'.
+    let bp = match (&plan.bp, &plan.meta.bp) {
+        (Some(blocks), Some(meta)) => {
+            let mut models = std::mem::take(&mut trees).into_iter();
+            let router = models
+                .next()
+                .ok_or_else(|| ShardError::Shards("the plan has no BP router".into()))?;
+            stats.remove(0);
+            Some(bp::BpTrained {
+                arrays: BpArrays {
+                    router,
+                    blocks: blocks
+                        .clusters
+                        .iter()
+                        .zip(models)
+                        .map(|(labels, tree)| BlockArrays {
+                            labels: labels.clone(),
+                            tree,
+                        })
+                        .collect(),
+                },
+                meta: meta.clone(),
+                block_stats: stats.clone(),
+                seconds: Vec::new(),
+            })
+        }
+        _ => None,
+    };
     for (k, v) in &plan.meta.seconds {
         seconds.insert(format!("plan_{k}"), (*v).into());
     }
     seconds.insert("merge".into(), start.elapsed().as_secs_f64().into());
+    let facts = super::DataFacts {
+        shape: plan.meta.data.shape,
+        label_counts: plan.label_counts.clone(),
+        stats: Some(plan.meta.data_stats.clone()),
+    };
     let mut trained = assemble(
-        ds,
+        facts,
         cfg,
         inputs,
         Parts {
             trees,
             tree_stats: stats,
-            bp: None,
+            bp,
             defrag: Vec::new(),
             prototypes: None,
             fiat: None,
@@ -827,4 +1042,29 @@ pub fn merge(
     );
     trained.meta.version = content_hash(&trained)?;
     Ok(trained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan's BP partition is checked before any shard uses it: points, blocks and clusters
+    /// must fit the data's shape.
+    #[test]
+    fn a_bp_partition_that_does_not_fit_is_refused() {
+        let shape = [4, 2, 5];
+        let ok = read_bp_blocks(vec![0, 1, 1, 0], &[0, 2, 3], &[1, 4, 0], shape).unwrap();
+        assert_eq!(ok.clusters, vec![vec![1, 4], vec![0]]);
+        let cases = [
+            (vec![0, 1, 1], &[0, 2, 3], &[1, 4, 0], "assign 4 points"),
+            (vec![0, 2, 1, 0], &[0, 2, 3], &[1, 4, 0], "assign 4 points"),
+            (vec![0, 1, 1, 0], &[0, 2, 4], &[1, 4, 0], "do not fit"),
+            (vec![0, 1, 1, 0], &[0, 2, 3], &[4, 1, 0], "not a sorted set"),
+            (vec![0, 1, 1, 0], &[0, 2, 3], &[1, 5, 0], "not a sorted set"),
+        ];
+        for (assign, offsets, labels, want) in cases {
+            let err = read_bp_blocks(assign, offsets, labels, shape).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
 }

@@ -141,14 +141,17 @@ fn assert_same_predictions(dir: &Path, a: &Path, b: &Path) {
 }
 
 /// Plan, 4 shard processes and merge give `xmc train`'s bundle, for a flat model, T = 1 and
-/// T = 3 trees.
+/// T = 3 trees, and BP (blocks of trees, and flat blocks).
 #[test]
 fn merged_shards_are_the_model_train_writes() {
     let train = vendored("Bibtex", "train");
+    let mut tree_plan = None;
     for sets in [
         &["model=flat"][..],
         &["max_leaf=16"][..],
         &["max_leaf=16", "trees=3"][..],
+        &["bp=true", "bp_lambda=0.3", "max_leaf=16"][..],
+        &["bp=true", "block_model=flat", "bp_lambda=1", "bp_q_max=4"][..],
     ] {
         let dir = tempfile::tempdir().unwrap();
         let one = dir.path().join("one.xmcb");
@@ -170,6 +173,21 @@ fn merged_shards_are_the_model_train_writes() {
             let meta: serde_json::Value = b.json("shard").unwrap();
             assert!(meta["seconds"]["train"].as_f64().unwrap() > 0.0, "{meta}");
             assert!(meta["cost"].as_u64().unwrap() > 0, "{meta}");
+        }
+        // BP shards are refused by a tree model's plan, on the same data.
+        if sets[0] == "bp=true" {
+            let (tree_dir, plan): &(tempfile::TempDir, PathBuf) = tree_plan.as_ref().unwrap();
+            let out = tree_dir.path().join("bp-shards.xmcb");
+            let mut args = vec!["train", "merge", "--plan", s(plan), "--train", s(&train)];
+            args.extend(shards.iter().map(|p| s(p)));
+            args.extend(["--out", s(&out)]);
+            let err = refused(&args);
+            assert!(err.contains("belongs to plan"), "{err}");
+        } else if sets.len() == 1 {
+            let kept = tempfile::tempdir().unwrap();
+            let copy = kept.path().join("plan.xmcp");
+            std::fs::copy(&plan, &copy).unwrap();
+            tree_plan = Some((kept, copy));
         }
     }
 }
@@ -236,11 +254,14 @@ fn wrong_shards_are_refused() {
         "--train",
         s(&train),
         "--out",
-        s(&d.join("bp.xmcp")),
+        s(&d.join("man.xmcp")),
         "--set",
-        "bp=true",
+        "negatives=man",
     ]);
-    assert!(err.contains("does not support BP"), "{err}");
+    assert!(
+        err.contains("does not support matcher-aware negatives"),
+        "{err}"
+    );
 }
 
 /// `scripts/train-sharded.sh` runs the cluster's steps on one machine; a shard process killed
