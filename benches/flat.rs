@@ -21,6 +21,17 @@
 //! scored per query, and the mean, p50 and p99 latency of `Model::predict_into` in µs, then on
 //! how many queries each flat scorer's labels and score bits differ from the scan's.
 //!
+//! **BP.** With `XMC_BENCH_BP=MODEL.xmcb` (a BP model with flat blocks, `block_model = "flat"`)
+//! it runs that model on the set's test split with its flat blocks searched by the scan and by
+//! the selection pass (`Model::set_flat_scan`), interleaved, and prints both latencies and on
+//! how many queries the answers differ.
+//!
+//! **Scaling.** With `XMC_BENCH_SCALE` (comma-separated directories, each holding `flat.xmcb`,
+//! `tree.xmcb` and a test split, e.g. synthetic sets from `xmc data synth` at growing label
+//! counts) it runs the scan, `post` and the tree on each set in turn, prints a table of every
+//! scorer's work and latency by label count, and with `XMC_BENCH_PLOT=FILE.png` draws them
+//! against the label count.
+//!
 //! Run with `cargo bench --bench flat`. It prints figures and asserts nothing about time.
 
 mod common;
@@ -95,6 +106,9 @@ struct Work {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Ok(dirs) = std::env::var("XMC_BENCH_SCALE") {
+        return scale(&dirs);
+    }
     let set = std::env::var("XMC_BENCH_SET").unwrap_or_else(|_| "citeulike-t".into());
     let Some(dir) = common::data_dir("flat", &set) else {
         return Ok(());
@@ -105,6 +119,9 @@ fn main() -> anyhow::Result<()> {
         Ok(ds)
     };
     let open = |p: &std::path::Path| Model::open(p, &OpenOptions::default());
+    if let Some(bp) = std::env::var_os("XMC_BENCH_BP") {
+        return bp_blocks(open(bp.as_ref())?, &dir);
+    }
     let flat_path = bundle_path("XMC_BENCH_FLAT", &train, &["model=flat"])?;
     let mut flat = open(&flat_path)?;
     let tree = open(&bundle_path("XMC_BENCH_TREE", &train, &[])?)?;
@@ -129,12 +146,7 @@ fn main() -> anyhow::Result<()> {
         );
         blk.push((format!("blk {s}:{l}"), m));
     }
-    let test_path = ["test.txt.gz", "test.jsonl.gz"]
-        .iter()
-        .map(|f| dir.join(f))
-        .find(|p| p.exists())
-        .ok_or_else(|| anyhow::anyhow!("{} has no test split", dir.display()))?;
-    let test = load_for_model(&test_path, None, &flat, false)?;
+    let test = test_split(&dir, &flat)?;
     let n = env_usize("XMC_BENCH_QUERIES")?
         .unwrap_or(usize::MAX)
         .min(test.n_points());
@@ -145,7 +157,46 @@ fn main() -> anyhow::Result<()> {
         flat.bundle().file_len() / 1_000_000,
         tree.bundle().file_len() / 1_000_000,
     );
+    compare(&mut flat, &tree, &blk, &test, n, passes)?;
+    if std::env::var_os("XMC_BENCH_PERMUTE").is_some() {
+        arrays_level(&flat, &tree, &blk, &test, n, passes)?;
+    }
+    Ok(())
+}
 
+/// The test split of the data set in `dir` (`test.txt.gz`, or `test.jsonl.gz` through the
+/// model's text vectorizer).
+fn test_split(dir: &std::path::Path, model: &Model) -> anyhow::Result<Dataset> {
+    let test_path = ["test.txt.gz", "test.jsonl.gz"]
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow::anyhow!("{} has no test split", dir.display()))?;
+    load_for_model(&test_path, None, model, false)
+}
+
+/// One scorer's figures: per query, the labels scored and the postings read (none counted
+/// for the tree), and the latency in µs.
+struct Row {
+    name: String,
+    labels: f64,
+    postings: Option<f64>,
+    mean: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// Runs the first `n` queries of `test` through the scan, the default flat scorer, the block
+/// scorers of `blk` and the tree, interleaved, and prints and returns each scorer's figures
+/// (the tree last).
+fn compare(
+    flat: &mut Model,
+    tree: &Model,
+    blk: &[(String, Model)],
+    test: &Dataset,
+    n: usize,
+    passes: usize,
+) -> anyhow::Result<Vec<Row>> {
     // The work of each flat scorer per query, counted outside the timed runs: the scan reads
     // the postings and scores every label.
     let ftree = &flat.trees()[0];
@@ -196,9 +247,9 @@ fn main() -> anyhow::Result<()> {
                 let m = match which {
                     0 | 1 => {
                         flat.set_flat_scan(which == 0);
-                        &flat
+                        &*flat
                     }
-                    w if w == n_scorers - 1 => &tree,
+                    w if w == n_scorers - 1 => tree,
                     w => &blk[w - 2].1,
                 };
                 let start = Instant::now();
@@ -209,6 +260,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             if pass == 0 {
+                work[n_scorers - 1].labels += u64::from(out[n_scorers - 1].outputs_evaluated);
                 let bits =
                     |p: &Prediction| p.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
                 for w in 1..n_scorers - 1 {
@@ -222,38 +274,42 @@ fn main() -> anyhow::Result<()> {
     println!(
         "scorer        labels/query  postings/query  records/query  blocks/query  mean_us  p50_us  p99_us"
     );
+    let mut rows = Vec::with_capacity(n_scorers);
     for (w, name) in names.iter().enumerate() {
         let t = &mut times[w];
         t.sort_by(f64::total_cmp);
-        let per = |v: u64| format!("{:.0}", v as f64 / n as f64);
-        let (labels, post, rec, blocks) = if w == n_scorers - 1 {
-            let scored = out[w].outputs_evaluated;
-            (
-                format!("{scored} (last)"),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            )
-        } else {
-            let k = work[w];
-            (
-                per(k.labels),
-                per(k.postings),
-                per(k.records),
-                per(k.blocks),
-            )
+        let per = |v: u64| v as f64 / n as f64;
+        let k = work[w];
+        // The tree's labels are the classifiers it evaluated; its entries are not counted.
+        let is_tree = w == n_scorers - 1;
+        let dash = |v: u64| {
+            if is_tree {
+                "-".to_string()
+            } else {
+                format!("{:.0}", per(v))
+            }
+        };
+        let row = Row {
+            name: name.clone(),
+            labels: per(k.labels),
+            postings: (!is_tree).then(|| per(k.postings)),
+            mean: mean_of(t),
+            p50: percentile(t, 0.5),
+            p99: percentile(t, 0.99),
         };
         println!(
-            "{name:12}  {labels:>12}  {post:>14}  {rec:>13}  {blocks:>12}  {:7.1}  {:6.1}  {:6.1}",
-            mean_of(t),
-            percentile(t, 0.5),
-            percentile(t, 0.99),
+            "{name:12}  {:>12.0}  {:>14}  {:>13}  {:>12}  {:7.1}  {:6.1}  {:6.1}",
+            row.labels,
+            dash(k.postings),
+            dash(k.records),
+            dash(k.blocks),
+            row.mean,
+            row.p50,
+            row.p99,
         );
+        rows.push(row);
     }
     let tree_t = &times[n_scorers - 1];
-    if std::env::var_os("XMC_BENCH_PERMUTE").is_some() {
-        arrays_level(&flat, &tree, &blk, &test, n, passes)?;
-    }
     for w in 1..n_scorers - 1 {
         println!(
             "{} / tree: mean {:.2}x, p99 {:.2}x; / scan: mean {:.2}x; answers differ from the scan's on {} of {n} queries",
@@ -264,7 +320,7 @@ fn main() -> anyhow::Result<()> {
             differ[w],
         );
     }
-    Ok(())
+    Ok(rows)
 }
 
 /// With `XMC_BENCH_PERMUTE`: the scorers called on the tree arrays directly (no model around
@@ -444,4 +500,274 @@ fn arrays_level(
 
 fn mean_of(t: &[f64]) -> f64 {
     t.iter().sum::<f64>() / t.len() as f64
+}
+
+/// With `XMC_BENCH_SCALE`: the scan, the default flat scorer and the tree on each data set of
+/// the list (comma-separated directories, each holding `flat.xmcb`, `tree.xmcb` and a test
+/// split), one set after the other in this process, then a table of the figures by label count
+/// and, with `XMC_BENCH_PLOT` (a path), a PNG of them against the label count.
+fn scale(dirs: &str) -> anyhow::Result<()> {
+    let passes = env_usize("XMC_BENCH_PASSES")?.unwrap_or(3).max(1);
+    let mut points: Vec<(usize, Vec<Row>)> = Vec::new();
+    for dir in dirs.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let dir = std::path::Path::new(dir);
+        let open = |f: &str| {
+            let p = dir.join(f);
+            Model::open(&p, &OpenOptions::default())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        };
+        let (mut flat, tree) = (open("flat.xmcb")?, open("tree.xmcb")?);
+        let test = test_split(dir, &flat)?;
+        let n = env_usize("XMC_BENCH_QUERIES")?
+            .unwrap_or(usize::MAX)
+            .min(test.n_points());
+        let l = flat.meta().n_labels;
+        println!(
+            "{}: {n} queries, {l} labels, flat model {} MB, tree {} MB, {passes} passes",
+            dir.display(),
+            flat.bundle().file_len() / 1_000_000,
+            tree.bundle().file_len() / 1_000_000,
+        );
+        let rows = compare(&mut flat, &tree, &[], &test, n, passes)?;
+        points.push((l, rows));
+    }
+    points.sort_by_key(|p| p.0);
+    println!();
+    println!(
+        "| labels | scorer | labels scored / query | postings / query | mean µs | p50 µs | p99 µs | mean / tree | p99 / tree |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (l, rows) in &points {
+        let Some(tree) = rows.last() else { continue };
+        for r in rows {
+            println!(
+                "| {l} | {} | {:.0} | {} | {:.1} | {:.1} | {:.1} | {:.2}× | {:.2}× |",
+                r.name,
+                r.labels,
+                r.postings.map_or("–".into(), |p| format!("{p:.0}")),
+                r.mean,
+                r.p50,
+                r.p99,
+                r.mean / tree.mean,
+                r.p99 / tree.p99,
+            );
+        }
+    }
+    if let Some(path) = std::env::var_os("XMC_BENCH_PLOT") {
+        let path = std::path::PathBuf::from(path);
+        std::fs::write(&path, png(&scale_svg(&points)?)?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Two panels against the label count, both axes logarithmic: each scorer's mean and p99
+/// latency (left), and the labels scored and postings read per query (right).
+fn scale_svg(points: &[(usize, Vec<Row>)]) -> anyhow::Result<String> {
+    use plotters::prelude::*;
+    let x = |l: usize| (l.max(1) as f64).log10();
+    // Every series: (scorer index, name, points as (log10 L, log10 y)).
+    let series = |pick: &dyn Fn(&Row) -> Option<f64>, suffix: &str| {
+        let names: Vec<String> = points
+            .first()
+            .map(|(_, rows)| rows.iter().map(|r| r.name.clone()).collect())
+            .unwrap_or_default();
+        names
+            .into_iter()
+            .enumerate()
+            .filter_map(|(w, name)| {
+                let pts: Vec<(f64, f64)> = points
+                    .iter()
+                    .filter_map(|(l, rows)| {
+                        let r = rows.iter().find(|r| r.name == name)?;
+                        pick(r).filter(|v| *v > 0.0).map(|v| (x(*l), v.log10()))
+                    })
+                    .collect();
+                (!pts.is_empty()).then(|| (w, format!("{name} {suffix}"), pts))
+            })
+            .collect::<Vec<_>>()
+    };
+    // Per panel, two kinds of series: the first drawn solid, the second lighter.
+    let latency = [
+        series(&|r| Some(r.mean), "mean"),
+        series(&|r| Some(r.p99), "p99"),
+    ];
+    let work = [
+        series(&|r| Some(r.labels), "labels scored"),
+        series(&|r| r.postings, "postings read"),
+    ];
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1280, 560)).into_drawing_area();
+        let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing the scaling plot: {e}");
+        root.fill(&WHITE).map_err(|x| e(&x))?;
+        let root = root
+            .titled(
+                "flat scan, flat scorer and one tree against the label count (synthetic, one thread)",
+                ("sans-serif", 20),
+            )
+            .map_err(|x| e(&x))?;
+        let (left, right) = root.split_horizontally(640);
+        for (area, caption, y_desc, series) in [
+            (&left, "latency per query", "µs per query", &latency),
+            (&right, "work per query", "per query", &work),
+        ] {
+            let all = series.iter().flatten().flat_map(|s| s.2.iter());
+            let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+            for &(px, py) in all {
+                (x0, x1, y0, y1) = (x0.min(px), x1.max(px), y0.min(py), y1.max(py));
+            }
+            if x0 > x1 {
+                (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+            }
+            let unlog = |v: &f64| {
+                let y = 10f64.powf(*v);
+                if y >= 100.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y:.2}")
+                }
+            };
+            let mut chart = ChartBuilder::on(area)
+                .caption(caption, ("sans-serif", 16))
+                .margin(14)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d((x0 - 0.15)..(x1 + 0.15), (y0 - 0.2)..(y1 + 0.2))
+                .map_err(|x| e(&x))?;
+            chart
+                .configure_mesh()
+                .x_desc("labels (L)")
+                .y_desc(y_desc)
+                .x_label_formatter(&unlog)
+                .y_label_formatter(&unlog)
+                .draw()
+                .map_err(|x| e(&x))?;
+            // One colour per scorer: scan, post, tree.
+            const PALETTE: [RGBColor; 4] = [
+                RGBColor(214, 39, 40),
+                RGBColor(31, 119, 180),
+                RGBColor(44, 160, 44),
+                RGBColor(127, 127, 127),
+            ];
+            for (kind, group) in series.iter().enumerate() {
+                for (w, name, pts) in group {
+                    let base = PALETTE[w % PALETTE.len()];
+                    let c = if kind == 0 {
+                        base.to_rgba()
+                    } else {
+                        base.mix(0.45)
+                    };
+                    let width = if kind == 0 { 3 } else { 2 };
+                    chart
+                        .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(width)))
+                        .map_err(|x| e(&x))?
+                        .label(name.as_str())
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
+                        });
+                    chart
+                        .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                        .map_err(|x| e(&x))?;
+                }
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|x| e(&x))?;
+        }
+        root.present().map_err(|x| e(&x))?;
+    }
+    Ok(out)
+}
+
+/// Renders SVG text to PNG bytes with resvg, with the system's fonts (`sans-serif` mapped to
+/// DejaVu Sans where it is installed; without fonts the PNG is drawn without its text).
+fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
+    let mut fonts = resvg::usvg::fontdb::Database::new();
+    fonts.load_system_fonts();
+    if fonts
+        .faces()
+        .any(|f| f.families.iter().any(|(n, _)| n == "DejaVu Sans"))
+    {
+        fonts.set_sans_serif_family("DejaVu Sans");
+    }
+    let opt = resvg::usvg::Options {
+        fontdb: std::sync::Arc::new(fonts),
+        ..Default::default()
+    };
+    let tree = resvg::usvg::Tree::from_str(svg, &opt)?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| anyhow::anyhow!("cannot allocate a {size:?} PNG"))?;
+    pixmap.fill(resvg::tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    Ok(pixmap.encode_png()?)
+}
+
+/// With `XMC_BENCH_BP`: the BP model's flat blocks searched by the scan and by the selection
+/// pass, interleaved per query.
+fn bp_blocks(mut model: Model, dir: &std::path::Path) -> anyhow::Result<()> {
+    let test = test_split(dir, &model)?;
+    let n = env_usize("XMC_BENCH_QUERIES")?
+        .unwrap_or(usize::MAX)
+        .min(test.n_points());
+    let passes = env_usize("XMC_BENCH_PASSES")?.unwrap_or(3).max(1);
+    println!(
+        "BP model, {} blocks, {n} queries of {}, {passes} passes",
+        model.bp().map_or(0, |b| b.blocks.len()),
+        dir.display()
+    );
+    let opts = PredictOptions::default();
+    let mut scratch = Scratch::default();
+    let mut out = [Prediction::default(), Prediction::default()];
+    let mut times: [Vec<f64>; 2] = Default::default();
+    let mut labels = [0u64; 2];
+    let mut differ = 0;
+    for pass in 0..=passes {
+        for i in 0..n {
+            let (idx, val) = test.feature_row(i);
+            for r in 0..2 {
+                let which = (i + r) % 2;
+                model.set_flat_scan(which == 0);
+                let start = Instant::now();
+                model.predict_into(idx, val, &opts, &mut scratch, &mut out[which])?;
+                let t = start.elapsed().as_secs_f64() * 1e6;
+                if pass > 0 {
+                    times[which].push(t);
+                } else {
+                    labels[which] += u64::from(out[which].outputs_evaluated);
+                }
+            }
+            let bits = |p: &Prediction| p.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+            if pass == 0 && (out[0].labels != out[1].labels || bits(&out[0]) != bits(&out[1])) {
+                differ += 1;
+            }
+        }
+    }
+    println!("blocks by          labels ranked/query  mean_us  p50_us  p99_us");
+    for (w, name) in ["scan", "selection pass"].iter().enumerate() {
+        let t = &mut times[w];
+        t.sort_by(f64::total_cmp);
+        println!(
+            "{name:16}  {:>19.0}  {:7.1}  {:6.1}  {:6.1}",
+            labels[w] as f64 / n as f64,
+            mean_of(t),
+            percentile(t, 0.5),
+            percentile(t, 0.99),
+        );
+    }
+    println!(
+        "selection pass / scan: mean {:.2}x, p99 {:.2}x; answers differ on {differ} of {n} queries",
+        mean_of(&times[1]) / mean_of(&times[0]),
+        percentile(&times[1], 0.99) / percentile(&times[0], 0.99),
+    );
+    Ok(())
 }

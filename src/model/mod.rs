@@ -400,8 +400,9 @@ impl Model {
         &self.trees
     }
 
-    /// Scores flat trees by the scan over every label (`true`) instead of through their
-    /// postings and bias order (`false`, the default). Both give the same answers to the bit;
+    /// Scores flat trees, and a BP model's flat blocks, by the scan over every label (`true`)
+    /// instead of through their postings and bias order, or the selection pass for blocks
+    /// (`false`, the default). Both give the same answers to the bit;
     /// the scan is the reference that comparisons and benchmarks interleave with.
     pub fn set_flat_scan(&mut self, on: bool) {
         self.flat_scan = on;
@@ -569,6 +570,7 @@ impl Model {
                 early_stop: options.early_stop,
                 blocks: options.block_candidates.unwrap_or(1),
                 loss,
+                flat_scan: self.flat_scan,
             };
             let stats = bp.search(
                 &scratch.q_idx,

@@ -96,6 +96,9 @@ pub struct BpQuery<'a> {
     pub blocks: usize,
     /// The loss the classifiers were trained with.
     pub loss: Loss,
+    /// Search flat blocks by the scan over every label instead of the selection pass (the
+    /// same answers; the reference that benchmarks interleave with).
+    pub flat_scan: bool,
 }
 
 impl<U, F, O> BpArrays<U, F, O>
@@ -217,7 +220,15 @@ where
             let block = &self.blocks[blk as usize];
             let tree = block.tree.borrowed();
             let stats = if query.early_stop {
-                tree.early_stop_search(
+                // A flat block has no bias order: the scan with its selection pass (the
+                // search's candidates to the bit; any other tree takes the search).
+                let search = if query.flat_scan {
+                    TreeArrays::early_stop_search
+                } else {
+                    TreeArrays::flat_select
+                };
+                search(
+                    &tree,
                     q_idx,
                     q_val,
                     dense,

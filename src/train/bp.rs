@@ -624,6 +624,7 @@ fn score_fold(
         early_stop: true,
         blocks: 1,
         loss: cfg.solver.loss,
+        flat_scan: false,
     };
     let scratch = || (BpScratch::default(), Vec::new(), Vec::new());
     let (p1_bp, evals_mean) = precision_at_1(&fold.held, scratch, |s, idx, val, dense| {

@@ -16,6 +16,8 @@
 //! The link is monotone, so a check on the margin's log-probability proves that no label below
 //! it could enter; when the check fails (a saturating link, ties at the top) every label is
 //! ranked, as the scan ranks them.
+//! A flat tree stored without a bias order (a BP block) is scanned that way by
+//! [`TreeArrays::flat_select`].
 //!
 //! **Block index (not stored).** [`TreeArrays::flat_blocks`] cuts the outputs into blocks and
 //! bounds each block's best score from per-block weight bounds, and [`TreeArrays::flat_prune`]
@@ -185,11 +187,8 @@ where
         // pay a stamp check per posting (the share is measured by `benches/flat.rs`).
         let postings = self.chunks.count_postings(0, q_idx, q_val);
         if postings > n / SCAN_SHARE {
-            let scored = self.scan_select(q_idx, q_val, dense, loss, k, scratch);
-            stats.nodes_evaluated = 1;
-            stats.outputs_evaluated = scored as u32;
+            let mut stats = self.select_candidates(q_idx, q_val, dense, loss, k, scratch);
             stats.postings = postings as u32;
-            fill_candidates(scratch);
             return stats;
         }
         let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
@@ -233,6 +232,55 @@ where
         fill_candidates(scratch);
         stats
     }
+
+    /// [`TreeArrays::early_stop_search`] for a flat tree stored without a bias order (a BP
+    /// block): the scan with its selection pass, which ranks only the labels near the top
+    /// (see the module docs). The same candidates, with the same log-probabilities to the bit.
+    /// A tree that is not flat, or a root that stores rows, takes the search itself.
+    /// `outputs_evaluated` counts the labels ranked.
+    pub fn flat_select(
+        &self,
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        limits: &SearchLimits,
+        scratch: &mut SearchScratch,
+    ) -> SearchStats {
+        if self.out_ids.is_empty() || !self.is_flat() || self.chunks.has_rows(0) {
+            return self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
+        }
+        scratch.candidates.clear();
+        scratch.best.clear();
+        // The search looks at the clock before its first node.
+        if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            return SearchStats {
+                deadline_hit: true,
+                ..SearchStats::default()
+            };
+        }
+        self.select_candidates(q_idx, q_val, dense, loss, limits.k.max(1), scratch)
+    }
+
+    /// The scan with its selection pass, its labels moved to the scratch's candidates, and
+    /// its statistics (the postings not counted).
+    fn select_candidates(
+        &self,
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> SearchStats {
+        let scored = self.scan_select(q_idx, q_val, dense, loss, k, scratch);
+        fill_candidates(scratch);
+        SearchStats {
+            nodes_evaluated: 1,
+            outputs_evaluated: scored as u32,
+            ..SearchStats::default()
+        }
+    }
 }
 
 /// The relative slack below the k-th log-probability under which a block is skipped: the link
@@ -249,8 +297,9 @@ where
     /// The scan's candidates for a flat tree that stores entries, ranking only the labels
     /// near the top: the root is scored as the search scores it (every bias, then the query's
     /// entries, [`Chunks::score`](super::chunk::Chunks::score)), so every sum is the scan's.
-    /// Then one pass finds the k-th largest raw score `s_k`, and only the labels scoring at
-    /// least `t = s_k − δ` get a log-probability and are offered to the size-k selection. A
+    /// Then one pass finds the k-th largest raw score `s_k` (noting on the way the few labels
+    /// that may score near it), and only the labels scoring at least `t = s_k − δ` get a
+    /// log-probability and are offered to the size-k selection. A
     /// label below `t` has a log-probability at most the link's at `t` (the link is monotone,
     /// up to [`SLACK`]); when that is below the k-th kept log-probability, no such label can
     /// enter, and the candidates are the scan's. Otherwise (the link saturates, as the squared
@@ -268,11 +317,16 @@ where
     ) -> usize {
         let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
         let n = bias.len().min(ids.len());
+        // The slots past the labels only let the scoring loop skip its bounds checks; only a
+        // corrupt entry writes there, and nothing reads them, so they are sized once and never
+        // cleared.
         let acc = &mut scratch.prune.acc;
-        acc.clear();
-        acc.extend_from_slice(bias);
-        acc.resize(bias.len().max(super::chunk::OUT_SLOTS), 0.0);
-        self.chunks.score(0, q_idx, q_val, dense, acc);
+        let slots = bias.len().max(super::chunk::OUT_SLOTS);
+        if acc.len() < slots {
+            acc.resize(slots, 0.0);
+        }
+        acc[..bias.len()].copy_from_slice(bias);
+        self.chunks.score(0, q_idx, q_val, dense, &mut acc[..slots]);
         let sums = &acc[..n];
         let depth = self.depth(0) + 1;
         let best = &mut scratch.best;
@@ -284,48 +338,56 @@ where
             }
             .offer(best, k)
         };
-        // The k largest sums (NaN never compares above, so never counts).
+        // One pass finds the k largest sums (NaN never compares above, so never counts) and
+        // notes every label at or above `near(min)`, `min` being the k-th largest so far: `min`
+        // only grows, up to `s_k`, and `near` is monotone, so the noted labels include every
+        // one at or above `t = near(s_k)`, and no second pass over the labels is needed.
         let top = &mut scratch.prune.top;
         top.clear();
         top.resize(k, f32::NEG_INFINITY);
+        let noted = &mut scratch.prune.near;
+        noted.clear();
         const LANES: usize = 16;
+        let near = |s: f32| s - s.abs().max(1.0) / 256.0;
         let mut min = f32::NEG_INFINITY;
-        let mut take = |v: f32, min: &mut f32| {
+        let mut low = f32::NEG_INFINITY;
+        let mut visit = |i: usize, v: f32, min: &mut f32, low: &mut f32| {
+            if v >= *low || v.is_nan() {
+                noted.push(i as u32);
+            }
             if v > *min {
                 // `top` is ascending: drop its first, insert `v` in place.
                 let at = top.partition_point(|&t| t < v);
                 top.copy_within(1..at, 0);
                 top[at - 1] = v;
                 *min = top[0];
+                *low = near(*min);
             }
         };
         let mut chunks = sums.chunks_exact(LANES);
+        let mut base = 0;
         for c in &mut chunks {
-            if c.iter().fold(false, |any, &v| any | (v > min)) {
-                c.iter().for_each(|&v| take(v, &mut min));
+            if c.iter()
+                .fold(false, |any, &v| any | (v >= low) | v.is_nan())
+            {
+                for (j, &v) in c.iter().enumerate() {
+                    visit(base + j, v, &mut min, &mut low);
+                }
             }
+            base += LANES;
         }
-        chunks.remainder().iter().for_each(|&v| take(v, &mut min));
+        for (j, &v) in chunks.remainder().iter().enumerate() {
+            visit(base + j, v, &mut min, &mut low);
+        }
         let s_k = top[0];
-        let t = s_k - s_k.abs().max(1.0) / 256.0;
+        let t = near(s_k);
         let mut offered = 0;
         if n > k && t.is_finite() {
-            let mut chunks = sums.chunks_exact(LANES);
-            let mut base = 0;
-            for c in &mut chunks {
-                if c.iter().fold(false, |any, &v| any | (v >= t) | v.is_nan()) {
-                    for (j, &v) in c.iter().enumerate() {
-                        if v >= t || v.is_nan() {
-                            offer(best, base + j, v);
-                            offered += 1;
-                        }
-                    }
-                }
-                base += LANES;
-            }
-            for (j, &v) in chunks.remainder().iter().enumerate() {
+            for &i in noted.iter() {
+                let i = i as usize;
+                let v = sums[i];
                 if v >= t || v.is_nan() {
-                    offer(best, base + j, v);
+                    offer(best, i, v);
                     offered += 1;
                 }
             }
@@ -476,6 +538,12 @@ mod tests {
                 prop_assert_eq!(flat.nodes_evaluated, scan.nodes_evaluated);
                 prop_assert!(flat.outputs_evaluated as usize <= n);
                 prop_assert!(!flat.early_stopped && !flat.deadline_hit && !flat.beam_capped);
+                // Without the order (a BP block): the scan with its selection pass.
+                let sel = tree.flat_select(&qi, &qv, &dense, loss, &limits, &mut s);
+                prop_assert_eq!(ranked(&s.candidates), want.clone());
+                prop_assert_eq!(sel.nodes_evaluated, scan.nodes_evaluated);
+                prop_assert!(sel.outputs_evaluated as usize <= n);
+                prop_assert!(!sel.early_stopped && !sel.deadline_hit && !sel.beam_capped);
             }
             let blocks = tree.flat_blocks(shift, long).unwrap();
             prop_assert!(tree.check_flat_blocks(&blocks, true).is_ok());

@@ -281,6 +281,8 @@ pub struct PruneScratch {
     pub(crate) keys: Vec<u64>,
     pub(crate) acc: Vec<f32>,
     pub(crate) top: Vec<f32>,
+    /// The positions the flat scan's selection pass notes as near the top.
+    pub(crate) near: Vec<u32>,
     pub(crate) runs: Vec<(u32, u32, u32)>,
     /// The last query's counts.
     pub stats: PruneStats,
