@@ -9,7 +9,7 @@
 pub mod tensor;
 
 use super::reload::Loaded;
-use super::repository::Missing;
+use super::repository::{self, Missing, ModelLoadError};
 use super::routes::{self, PredictRequest};
 use super::{ApiError, AppState};
 use axum::body::Bytes;
@@ -67,7 +67,7 @@ pub async fn server_metadata() -> axum::Json<Value> {
     axum::Json(json!({
         "name": "xmc",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "classification"],
+        "extensions": ["binary_tensor_data", "classification", "model_configuration", "model_repository"],
     }))
 }
 
@@ -128,20 +128,8 @@ pub struct ModelPath {
     version: Option<String>,
 }
 
-/// `GET /v2/models/{name}[/versions/{v}]`: the model's inputs and outputs.
-pub async fn model_metadata(
-    State(state): State<Arc<AppState>>,
-    Path(p): Path<ModelPath>,
-) -> Result<axum::Json<Value>, V2Error> {
-    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
-    let versions: Vec<String> = state
-        .repo
-        .load()
-        .versions(&p.name)
-        .unwrap_or_default()
-        .iter()
-        .map(|l| l.version.to_string())
-        .collect();
+/// A model's input and output tensors, as the metadata lists them.
+fn io_tensors(loaded: &Loaded) -> (Vec<Value>, Vec<Value>) {
     let model = &loaded.model;
     let tensor = |name: &str, datatype: &str, shape: Value| json!({"name": name, "datatype": datatype, "shape": shape});
     let mut inputs = Vec::new();
@@ -158,6 +146,24 @@ pub async fn model_metadata(
     if model.label_names().is_some() {
         outputs.push(tensor(tensor::NAMES_OUTPUT, "BYTES", json!([-1, -1])));
     }
+    (inputs, outputs)
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]`: the model's inputs and outputs.
+pub async fn model_metadata(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+) -> Result<axum::Json<Value>, V2Error> {
+    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
+    let versions: Vec<String> = state
+        .repo
+        .load()
+        .versions(&p.name)
+        .unwrap_or_default()
+        .iter()
+        .map(|l| l.version.to_string())
+        .collect();
+    let (inputs, outputs) = io_tensors(&loaded);
     Ok(axum::Json(json!({
         "name": p.name,
         "versions": versions,
@@ -165,6 +171,142 @@ pub async fn model_metadata(
         "inputs": inputs,
         "outputs": outputs,
     })))
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]/config` (Triton's model configuration extension):
+/// the model's inputs and outputs in the model configuration's terms, which `perf_analyzer`
+/// reads. xmc batches along each input's own first dimension, so `max_batch_size` is 0 and the
+/// dims are the metadata's shapes.
+pub async fn model_config(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+) -> Result<axum::Json<Value>, V2Error> {
+    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
+    let config_type = |datatype: &str| match datatype {
+        "BYTES" => "TYPE_STRING".to_string(),
+        "FP32" => "TYPE_FP32".to_string(),
+        other => format!("TYPE_{other}"),
+    };
+    let entries = |tensors: Vec<Value>| -> Vec<Value> {
+        tensors
+            .into_iter()
+            .map(|t| {
+                json!({
+                    "name": t["name"],
+                    "data_type": config_type(t["datatype"].as_str().unwrap_or_default()),
+                    "dims": t["shape"],
+                })
+            })
+            .collect()
+    };
+    let (inputs, outputs) = io_tensors(&loaded);
+    Ok(axum::Json(json!({
+        "name": p.name,
+        "platform": "xmc",
+        "backend": "xmc",
+        "max_batch_size": 0,
+        "input": entries(inputs),
+        "output": entries(outputs),
+        "parameters": {
+            "bundle_version": {"string_value": loaded.model.meta().version},
+        },
+    })))
+}
+
+/// The body of a repository call: `{"ready": bool}` for the index, `{"parameters": {..}}` for
+/// load and unload (none is taken), or nothing.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RepositoryRequest {
+    #[serde(default)]
+    ready: Option<bool>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Authorizes a repository call and reads its body (empty is `{}`).
+fn repository_request(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<RepositoryRequest, V2Error> {
+    routes::authorize(state, headers).map_err(from_api)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(RepositoryRequest::default());
+    }
+    let req: RepositoryRequest = serde_json::from_slice(body)
+        .map_err(|e| V2Error::bad(format!("the request body is not valid: {e}")))?;
+    if let Some(key) = req.parameters.iter().flatten().map(|(k, _)| k).next() {
+        return Err(V2Error::bad(format!("unknown parameter {key:?}")));
+    }
+    Ok(req)
+}
+
+/// `POST /v2/repository/index` (admin token): every model and version on disk or serving, with
+/// its state and, when unavailable, why. `{"ready": true}` lists only what serves.
+pub async fn repository_index(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    let req = repository_request(&state, &headers, &body)?;
+    let mut rows = repository::index(&state)
+        .await
+        .map_err(|e| V2Error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    if req.ready == Some(true) {
+        rows.retain(|r| r.state == "READY");
+    }
+    Ok(axum::Json(json!(rows)))
+}
+
+/// The route's model name for load and unload.
+#[derive(Deserialize)]
+pub struct RepositoryPath {
+    name: String,
+}
+
+/// `POST /v2/repository/models/{name}/load` (admin token): loads the model now, in a task of
+/// its own so that the load finishes even if the client hangs up.
+pub async fn repository_load(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<RepositoryPath>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    repository_request(&state, &headers, &body)?;
+    let name = p.name.clone();
+    let result = tokio::spawn(async move { repository::load_one(&state, &name).await })
+        .await
+        .map_err(|e| V2Error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    repository_answer(&p.name, result)
+}
+
+/// `POST /v2/repository/models/{name}/unload` (admin token): takes the model out of service
+/// until it is loaded again.
+pub async fn repository_unload(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<RepositoryPath>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    repository_request(&state, &headers, &body)?;
+    repository_answer(&p.name, repository::unload_one(&state, &p.name).await)
+}
+
+fn repository_answer(
+    name: &str,
+    r: Result<(), ModelLoadError>,
+) -> Result<axum::Json<Value>, V2Error> {
+    match r {
+        Ok(()) => Ok(axum::Json(json!({}))),
+        Err(ModelLoadError::NoSuchModel) => Err(V2Error(
+            StatusCode::NOT_FOUND,
+            format!("no model named {name:?} is in the repository"),
+        )),
+        Err(ModelLoadError::Refused(why)) => Err(V2Error::bad(format!(
+            "failed to load {name:?}: {why}; what served keeps serving"
+        ))),
+    }
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]/ready`.
