@@ -69,6 +69,20 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/v2/models/{name}", get(v2::model_metadata))
         .route("/v2/models/{name}/ready", get(v2::model_ready))
         .route("/v2/models/{name}/infer", post(v2::infer))
+        .route("/v2/models/{name}/config", get(v2::model_config))
+        .route(
+            "/v2/models/{name}/versions/{version}/config",
+            get(v2::model_config),
+        )
+        .route("/v2/repository/index", post(v2::repository_index))
+        .route(
+            "/v2/repository/models/{name}/load",
+            post(v2::repository_load),
+        )
+        .route(
+            "/v2/repository/models/{name}/unload",
+            post(v2::repository_unload),
+        )
         .route(
             "/v2/models/{name}/versions/{version}",
             get(v2::model_metadata),

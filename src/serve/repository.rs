@@ -17,7 +17,7 @@ use super::reload::{
     in_background, open_and_warm, release_in_background, unix_now,
 };
 use super::{AppState, ServeConfig};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,8 +220,43 @@ fn model_policy(dir: &Path, default: &VersionPolicy) -> Result<VersionPolicy, St
     Ok(policy)
 }
 
-/// Files that failed to load, by model and version, so the poller does not retry one.
-pub(crate) type Failed = HashMap<(String, u64), FileSig>;
+/// Files that failed to load, by model and version, with why, so the poller does not retry one.
+pub(crate) type Failed = HashMap<(String, u64), (FileSig, String)>;
+
+/// What the loader keeps between scans, under one lock: the files that failed, and the models
+/// an operator unloaded (`POST /v2/repository/models/{name}/unload`), which no scan loads until
+/// an explicit load of that model.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    failed: Failed,
+    unloaded: HashSet<String>,
+}
+
+/// Why an explicit load or unload of one model did not happen.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ModelLoadError {
+    /// No model directory (or `--model` file) has this name.
+    NoSuchModel,
+    /// The model's versions (or its settings) were refused; what served keeps serving.
+    Refused(String),
+}
+
+/// The models on disk, or why they cannot be listed.
+fn listing(state: &AppState) -> Result<Vec<Listed>, String> {
+    match layout(&state.cfg) {
+        Layout::File { name, path } => {
+            std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(vec![Listed {
+                name,
+                policy: Ok(VersionPolicy::All),
+                versions: vec![(1, path)],
+            }])
+        }
+        Layout::Dir(dir) => {
+            list_repository(&dir, &state.policy).map_err(|e| format!("{}: {e}", dir.display()))
+        }
+    }
+}
 
 /// What one model's load did.
 #[derive(Default)]
@@ -237,39 +272,25 @@ struct ModelOutcome {
 /// Returns the error messages joined when anything failed, else what was published.
 pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadOutcome, String> {
     let explicit = trigger != Trigger::Poll;
-    let mut failed = state.reload_lock.lock().await;
-    let listed = match layout(&state.cfg) {
-        Layout::File { name, path } => {
-            // Between an unlink and a rename the path may briefly not exist: the poller looks
-            // again next time; an explicit load reports it.
-            if let Err(e) = std::fs::metadata(&path) {
-                if !explicit {
-                    tracing::debug!(error = %e, "model path not readable; will look again");
-                    return Ok(ReloadOutcome::Unchanged);
-                }
-                let msg = format!("{}: {e}", path.display());
-                record_failure(state, &name, msg.clone());
-                return Err(msg);
-            }
-            vec![Listed {
-                name,
-                policy: Ok(VersionPolicy::All),
-                versions: vec![(1, path)],
-            }]
+    let mut book = state.reload_lock.lock().await;
+    let mut listed = match listing(state) {
+        Ok(l) => l,
+        // Between an unlink and a rename the path may briefly not exist: the poller looks
+        // again next time; an explicit load reports it.
+        Err(e) if !explicit => {
+            tracing::debug!(error = %e, "model path or repository not readable; will look again");
+            return Ok(ReloadOutcome::Unchanged);
         }
-        Layout::Dir(dir) => match list_repository(&dir, &state.policy) {
-            Ok(l) => l,
-            Err(e) if !explicit => {
-                tracing::debug!(error = %e, "repository not readable; will look again");
-                return Ok(ReloadOutcome::Unchanged);
-            }
-            Err(e) => {
-                let msg = format!("{}: {e}", dir.display());
-                record_failure(state, "", msg.clone());
-                return Err(msg);
-            }
-        },
+        Err(e) => {
+            let model = match layout(&state.cfg) {
+                Layout::File { name, .. } => name,
+                Layout::Dir(_) => String::new(),
+            };
+            record_failure(state, &model, e.clone());
+            return Err(e);
+        }
     };
+    listed.retain(|l| !book.unloaded.contains(&l.name));
     // Models whose directory went away leave the snapshot.
     let present: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
     let gone: Vec<String> = state
@@ -283,11 +304,35 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
     for name in gone {
         publish(state, &name, None);
     }
+    let out = load_models(state, listed, trigger, &mut book.failed).await;
+    if !out.errors.is_empty() {
+        return Err(out.errors.join("; "));
+    }
+    let serving = state.repo.load();
+    Ok(match (out.published.last(), serving.default_model()) {
+        (None, _) => ReloadOutcome::Unchanged,
+        (Some(last), default) => ReloadOutcome::Loaded(
+            default
+                .map(|d| d.model.meta().version.clone())
+                .filter(|v| out.published.contains(v))
+                .unwrap_or_else(|| last.clone()),
+        ),
+    })
+}
+
+/// Loads `listed`'s models side by side, each with its own failures, and merges what failed
+/// into `failed`.
+async fn load_models(
+    state: &Arc<AppState>,
+    listed: Vec<Listed>,
+    trigger: Trigger,
+    failed: &mut Failed,
+) -> ModelOutcome {
     let loads = listed.into_iter().map(|l| {
         let mut mine: Failed = failed
             .iter()
             .filter(|((n, _), _)| *n == l.name)
-            .map(|(k, v)| (k.clone(), *v))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         async move {
             let out = load_model(state, &l, trigger, &mut mine).await;
@@ -295,27 +340,125 @@ pub async fn load_now(state: &Arc<AppState>, trigger: Trigger) -> Result<ReloadO
         }
     });
     let results = futures_util::future::join_all(loads).await;
-    let mut published = Vec::new();
-    let mut errors = Vec::new();
+    let mut all = ModelOutcome::default();
     for (name, mine, out) in results {
         failed.retain(|(n, _), _| *n != name);
         failed.extend(mine);
-        published.extend(out.published);
-        errors.extend(out.errors);
+        all.published.extend(out.published);
+        all.errors.extend(out.errors);
     }
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
+    all
+}
+
+/// `POST /v2/repository/models/{name}/load`: loads model `name` now (a version that failed is
+/// tried again), and lets scans load it again if it was unloaded. Other models are left alone.
+pub async fn load_one(state: &Arc<AppState>, name: &str) -> Result<(), ModelLoadError> {
+    let mut book = state.reload_lock.lock().await;
+    let listed = listing(state)
+        .map_err(ModelLoadError::Refused)?
+        .into_iter()
+        .find(|l| l.name == name)
+        .ok_or(ModelLoadError::NoSuchModel)?;
+    book.unloaded.remove(name);
+    let out = load_models(state, vec![listed], Trigger::Explicit, &mut book.failed).await;
+    if !out.errors.is_empty() {
+        return Err(ModelLoadError::Refused(out.errors.join("; ")));
     }
-    let serving = state.repo.load();
-    Ok(match (published.last(), serving.default_model()) {
-        (None, _) => ReloadOutcome::Unchanged,
-        (Some(last), default) => ReloadOutcome::Loaded(
-            default
-                .map(|d| d.model.meta().version.clone())
-                .filter(|v| published.contains(v))
-                .unwrap_or_else(|| last.clone()),
-        ),
-    })
+    if state.repo.load().get(name, None).is_err() {
+        return Err(ModelLoadError::Refused(format!(
+            "model {name:?} has no version its version policy picks"
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v2/repository/models/{name}/unload`: takes model `name` out of what serves (its
+/// versions are released once their in-flight requests end), and keeps scans from loading it
+/// again until [`load_one`].
+pub async fn unload_one(state: &Arc<AppState>, name: &str) -> Result<(), ModelLoadError> {
+    let mut book = state.reload_lock.lock().await;
+    let on_disk = listing(state).is_ok_and(|l| l.iter().any(|m| m.name == name));
+    if !on_disk && state.repo.load().versions(name).is_none() {
+        return Err(ModelLoadError::NoSuchModel);
+    }
+    book.unloaded.insert(name.to_string());
+    book.failed.retain(|(n, _), _| n != name);
+    if state.repo.load().versions(name).is_some() {
+        publish(state, name, None);
+    }
+    tracing::info!(model = %name, "model unloaded by request; scans leave it alone until a load");
+    Ok(())
+}
+
+/// One row of `POST /v2/repository/index`: a model, or one version of it, with its state
+/// (`READY` or `UNAVAILABLE`) and, when it is not ready, why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct IndexEntry {
+    /// The model's name.
+    pub name: String,
+    /// The version (absent on the row of a model without any version directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `READY` or `UNAVAILABLE`.
+    pub state: &'static str,
+    /// Why it is not ready (empty when it is).
+    pub reason: String,
+}
+
+/// Every model and version on disk, and every one that serves, with its state.
+pub async fn index(state: &Arc<AppState>) -> Result<Vec<IndexEntry>, String> {
+    let book = state.reload_lock.lock().await;
+    let listed = listing(state)?;
+    let snap = state.repo.load();
+    let mut out = Vec::new();
+    let row = |name: &str, version: Option<u64>, reason: String| IndexEntry {
+        name: name.to_string(),
+        version: version.map(|v| v.to_string()),
+        state: if reason.is_empty() {
+            "READY"
+        } else {
+            "UNAVAILABLE"
+        },
+        reason,
+    };
+    for l in &listed {
+        if l.versions.is_empty() {
+            out.push(row(
+                &l.name,
+                None,
+                format!("no version directory holds a {BUNDLE_FILE}"),
+            ));
+        }
+        let serving = snap.versions(&l.name).unwrap_or_default();
+        for (v, _) in &l.versions {
+            let reason = if serving.iter().any(|s| s.version == *v) {
+                String::new()
+            } else if book.unloaded.contains(&l.name) {
+                "unloaded by request".to_string()
+            } else if let Some((_, why)) = book.failed.get(&(l.name.clone(), *v)) {
+                why.clone()
+            } else if let Err(why) = &l.policy {
+                why.clone()
+            } else {
+                "not picked by the version policy".to_string()
+            };
+            out.push(row(&l.name, Some(*v), reason));
+        }
+    }
+    // A version that serves while its directory is gone (until the next scan) is listed too.
+    for name in snap.names() {
+        let on_disk = listed.iter().find(|l| l.name == name);
+        for s in snap.versions(name).unwrap_or_default() {
+            if !on_disk.is_some_and(|l| l.versions.iter().any(|(v, _)| *v == s.version)) {
+                out.push(row(name, Some(s.version), String::new()));
+            }
+        }
+    }
+    out.sort_by(|a, b| {
+        let v = |e: &IndexEntry| e.version.as_deref().and_then(|v| v.parse::<u64>().ok());
+        (a.name.as_str(), v(a)).cmp(&(b.name.as_str(), v(b)))
+    });
+    Ok(out)
 }
 
 /// Loads the versions of one model its policy picks that are not serving yet (or that changed
@@ -383,7 +526,7 @@ async fn load_model(
                 continue;
             }
         }
-        if trigger == Trigger::Poll && failed.get(&key) == Some(&sig) {
+        if trigger == Trigger::Poll && failed.get(&key).map(|f| f.0) == Some(sig) {
             keep.extend(old.cloned());
             continue;
         }
@@ -394,7 +537,7 @@ async fn load_model(
                 keep.push(Arc::new(loaded));
             }
             Err(msg) => {
-                failed.insert(key, sig);
+                failed.insert(key, (sig, msg.clone()));
                 record_failure(state, name, msg.clone());
                 out.errors.push(msg);
                 keep.extend(old.cloned());

@@ -744,16 +744,7 @@ pub async fn admin_reload(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(token) = state.cfg.admin_token.as_deref() else {
-        return Err(ApiError::AdminOff);
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-        return Err(ApiError::Unauthorized);
-    }
+    authorize(&state, &headers)?;
     // `?force=true` reloads even the file that is serving; by default that is a no-op.
     let mut force = false;
     for kv in query.as_deref().unwrap_or("").split('&') {
@@ -787,6 +778,22 @@ pub async fn admin_reload(
         Ok(ReloadOutcome::Unchanged) => Ok(Json(json!({"reloaded": false}))),
         Err(e) => Err(ApiError::ReloadFailed(e)),
     }
+}
+
+/// Checks an admin route's `Authorization: Bearer <token>` against the configured token (the
+/// admin routes are off without one).
+pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = state.cfg.admin_token.as_deref() else {
+        return Err(ApiError::AdminOff);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        return Err(ApiError::Unauthorized);
+    }
+    Ok(())
 }
 
 /// Compares two byte strings in time independent of where they differ.

@@ -31,8 +31,8 @@ pub struct AppState {
     pub pool: rayon::ThreadPool,
     /// The Prometheus exposition.
     pub metrics: PrometheusHandle,
-    /// Serialises loads, and holds the files that failed.
-    pub(crate) reload_lock: tokio::sync::Mutex<repository::Failed>,
+    /// Serialises loads, and holds the files that failed and the models unloaded by request.
+    pub(crate) reload_lock: tokio::sync::Mutex<repository::Book>,
     /// The scratch space that every thread that predicts is known to have (the sizes of the
     /// model [`warm_threads`] sized them for): a load needs no spares within it
     /// ([`reload::ScratchPool`]).

@@ -525,3 +525,160 @@ async fn v2_json_and_binary_answer_the_labels_and_bit_identical_scores_of_v1() {
         assert_eq!((&labels3, &scores3), (&labels1, &scores1), "{doc}");
     }
 }
+
+/// A repository call with the admin token (or `token`), answering status and JSON.
+async fn admin_call(
+    state: &Arc<AppState>,
+    uri: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (StatusCode, Value) {
+    let headers: Vec<(&str, String)> = token
+        .map(|t| vec![("authorization", format!("Bearer {t}"))])
+        .unwrap_or_default();
+    let (status, bytes, _) = send(state, "POST", uri, &headers, body.as_bytes().to_vec()).await;
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
+    (status, value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repository_extension_indexes_loads_and_unloads_behind_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    place(repo, "tags", 1, &text_bundle());
+    place(repo, "small", 1, &feature_bundle());
+    let mut cfg = repo_config(repo);
+    cfg.admin_token = Some("s3cret".into());
+    let state = AppState::new(cfg).unwrap();
+    xmc::serve::reload_now(&state).await.unwrap();
+    let key = Some("s3cret");
+
+    // Without the token, or with a wrong one: 401 and nothing happens.
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/unload", None, "").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    assert!(v["error"].is_string(), "{v}");
+    let (s, _) = admin_call(&state, "/v2/repository/index", Some("wrong"), "{}").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(state.repo.load().get("tags", None).is_ok());
+
+    // The index lists both models, ready.
+    let (s, v) = admin_call(&state, "/v2/repository/index", key, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!([
+            {"name": "small", "version": "1", "state": "READY", "reason": ""},
+            {"name": "tags", "version": "1", "state": "READY", "reason": ""},
+        ])
+    );
+
+    // Unload tags: its requests get 404, small goes on, and a scan does not bring it back.
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/unload", key, "{}").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, _) = json_call(
+        &state,
+        "POST",
+        "/v2/models/tags/infer",
+        Some(text_infer(&["gtk"], json!({}))),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = json_call(&state, "GET", "/v2/models/small/ready", None).await;
+    assert_eq!(s, StatusCode::OK);
+    repository::load_now(&state, Trigger::Explicit)
+        .await
+        .unwrap();
+    assert!(state.repo.load().get("tags", None).is_err());
+    let (_, v) = admin_call(&state, "/v2/repository/index", key, "").await;
+    assert_eq!(v[1]["state"], "UNAVAILABLE", "{v}");
+    assert_eq!(v[1]["reason"], "unloaded by request", "{v}");
+    let (_, v) = admin_call(&state, "/v2/repository/index", key, r#"{"ready": true}"#).await;
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+
+    // Load brings it back, and scans serve it again.
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/load", key, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = json_call(
+        &state,
+        "POST",
+        "/v2/models/tags/infer",
+        Some(text_infer(&["gtk"], json!({}))),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    // A corrupt new version is refused by load with 400 and its reason; version 1 serves on,
+    // and the index says why version 2 is unavailable.
+    let dir2 = repo.join("tags/2");
+    std::fs::create_dir_all(&dir2).unwrap();
+    let bytes = std::fs::read(text_bundle()).unwrap();
+    std::fs::write(dir2.join("model.xmcb"), &bytes[..bytes.len() / 3]).unwrap();
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/load", key, "").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("tags/2"), "{v}");
+    assert_eq!(state.repo.load().get("tags", None).unwrap().version, 1);
+    let (_, v) = admin_call(&state, "/v2/repository/index", key, "").await;
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["version"] == "2" && r["name"] == "tags")
+        .unwrap()
+        .clone();
+    assert_eq!(row["state"], "UNAVAILABLE", "{v}");
+    assert!(row["reason"].as_str().unwrap().contains("tags/2"), "{row}");
+
+    // Unknown models, bodies and parameters.
+    for (uri, body, want) in [
+        ("/v2/repository/models/nope/load", "", StatusCode::NOT_FOUND),
+        (
+            "/v2/repository/models/nope/unload",
+            "",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/v2/repository/index",
+            "{\"ready\": 3}",
+            StatusCode::BAD_REQUEST,
+        ),
+        ("/v2/repository/index", "not json", StatusCode::BAD_REQUEST),
+        (
+            "/v2/repository/models/tags/load",
+            r#"{"parameters": {"config": "{}"}}"#,
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (s, v) = admin_call(&state, uri, key, body).await;
+        assert_eq!(s, want, "{uri} {body}: {v}");
+        assert!(v["error"].is_string(), "{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_config_lists_the_metadata_tensors_in_configuration_terms() {
+    let (_dir, state) = two_models().await;
+    let (s, v) = json_call(&state, "GET", "/v2/models/tags/config", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["name"], "tags");
+    assert_eq!(v["max_batch_size"], 0);
+    let (_, meta) = json_call(&state, "GET", "/v2/models/tags", None).await;
+    let names = |list: &Value, key: &str| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t[key].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&v["input"], "name"), names(&meta["inputs"], "name"));
+    assert_eq!(names(&v["output"], "name"), names(&meta["outputs"], "name"));
+    assert_eq!(
+        v["input"][0],
+        json!({"name": "text", "data_type": "TYPE_STRING", "dims": [-1]})
+    );
+    assert_eq!(v["output"][0]["data_type"], "TYPE_INT64");
+    let (s, _) = json_call(&state, "GET", "/v2/models/small/versions/1/config", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = json_call(&state, "GET", "/v2/models/small/versions/9/config", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -10,7 +10,7 @@
 pub mod tensor;
 
 use super::reload::Loaded;
-use super::repository::Missing;
+use super::repository::{self, Missing, ModelLoadError};
 use super::routes::{self, PredictRequest};
 use super::{ApiError, AppState};
 use axum::body::Bytes;
@@ -66,12 +66,15 @@ pub(crate) fn from_api(e: ApiError) -> V2Error {
 /// The protocol extensions the server speaks.
 pub(crate) const EXTENSIONS: [&str; 2] = ["binary_tensor_data", "classification"];
 
+/// The extensions only the REST routes serve (gRPC has no configuration or repository calls).
+const REST_EXTENSIONS: &[&str] = &["model_configuration", "model_repository"];
+
 /// `GET /v2`: server metadata.
 pub async fn server_metadata() -> axum::Json<Value> {
     axum::Json(json!({
         "name": "xmc",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": EXTENSIONS,
+        "extensions": EXTENSIONS.iter().chain(REST_EXTENSIONS).collect::<Vec<_>>(),
     }))
 }
 
@@ -168,6 +171,139 @@ pub(crate) fn versions(state: &AppState, name: &str) -> Vec<String> {
         .iter()
         .map(|l| l.version.to_string())
         .collect()
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]/config` (Triton's model configuration extension):
+/// the model's inputs and outputs in the model configuration's terms, which `perf_analyzer`
+/// reads. xmc batches along each input's own first dimension, so `max_batch_size` is 0 and the
+/// dims are the metadata's shapes.
+pub async fn model_config(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<ModelPath>,
+) -> Result<axum::Json<Value>, V2Error> {
+    let loaded = lookup(&state, &p.name, p.version.as_deref())?;
+    let model = &loaded.model;
+    let entries = |specs: Vec<tensor::TensorSpec>| -> Vec<Value> {
+        specs
+            .iter()
+            .map(|t| {
+                let data_type = match t.datatype {
+                    Datatype::Bytes => "TYPE_STRING".to_string(),
+                    other => format!("TYPE_{}", other.name()),
+                };
+                json!({"name": t.name, "data_type": data_type, "dims": t.shape})
+            })
+            .collect()
+    };
+    let inputs = tensor::model_inputs(model.text().is_some());
+    let outputs = tensor::model_outputs(model.label_names().is_some());
+    Ok(axum::Json(json!({
+        "name": p.name,
+        "platform": "xmc",
+        "backend": "xmc",
+        "max_batch_size": 0,
+        "input": entries(inputs),
+        "output": entries(outputs),
+        "parameters": {
+            "bundle_version": {"string_value": loaded.model.meta().version},
+        },
+    })))
+}
+
+/// The body of a repository call: `{"ready": bool}` for the index, `{"parameters": {..}}` for
+/// load and unload (none is taken), or nothing.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RepositoryRequest {
+    #[serde(default)]
+    ready: Option<bool>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Authorizes a repository call and reads its body (empty is `{}`).
+fn repository_request(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<RepositoryRequest, V2Error> {
+    routes::authorize(state, headers).map_err(from_api)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(RepositoryRequest::default());
+    }
+    let req: RepositoryRequest = serde_json::from_slice(body)
+        .map_err(|e| V2Error::bad(format!("the request body is not valid: {e}")))?;
+    if let Some(key) = req.parameters.iter().flatten().map(|(k, _)| k).next() {
+        return Err(V2Error::bad(format!("unknown parameter {key:?}")));
+    }
+    Ok(req)
+}
+
+/// `POST /v2/repository/index` (admin token): every model and version on disk or serving, with
+/// its state and, when unavailable, why. `{"ready": true}` lists only what serves.
+pub async fn repository_index(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    let req = repository_request(&state, &headers, &body)?;
+    let mut rows = repository::index(&state)
+        .await
+        .map_err(|e| V2Error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    if req.ready == Some(true) {
+        rows.retain(|r| r.state == "READY");
+    }
+    Ok(axum::Json(json!(rows)))
+}
+
+/// The route's model name for load and unload.
+#[derive(Deserialize)]
+pub struct RepositoryPath {
+    name: String,
+}
+
+/// `POST /v2/repository/models/{name}/load` (admin token): loads the model now, in a task of
+/// its own so that the load finishes even if the client hangs up.
+pub async fn repository_load(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<RepositoryPath>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    repository_request(&state, &headers, &body)?;
+    let name = p.name.clone();
+    let result = tokio::spawn(async move { repository::load_one(&state, &name).await })
+        .await
+        .map_err(|e| V2Error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    repository_answer(&p.name, result)
+}
+
+/// `POST /v2/repository/models/{name}/unload` (admin token): takes the model out of service
+/// until it is loaded again.
+pub async fn repository_unload(
+    State(state): State<Arc<AppState>>,
+    Path(p): Path<RepositoryPath>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<axum::Json<Value>, V2Error> {
+    repository_request(&state, &headers, &body)?;
+    repository_answer(&p.name, repository::unload_one(&state, &p.name).await)
+}
+
+fn repository_answer(
+    name: &str,
+    r: Result<(), ModelLoadError>,
+) -> Result<axum::Json<Value>, V2Error> {
+    match r {
+        Ok(()) => Ok(axum::Json(json!({}))),
+        Err(ModelLoadError::NoSuchModel) => Err(V2Error(
+            StatusCode::NOT_FOUND,
+            format!("no model named {name:?} is in the repository"),
+        )),
+        Err(ModelLoadError::Refused(why)) => Err(V2Error::bad(format!(
+            "failed to load {name:?}: {why}; what served keeps serving"
+        ))),
+    }
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]/ready`.
