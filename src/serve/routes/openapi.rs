@@ -385,6 +385,55 @@ fn v2_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
             model_get("Model readiness", v),
         ));
         routes.push((format!("{path}/infer"), HttpMethod::Post, infer(v)));
+        routes.push((
+            format!("{path}/config"),
+            HttpMethod::Get,
+            model_get(
+                "Model configuration (Triton's extension): the tensors with data_type and dims",
+                v,
+            ),
+        ));
+    }
+    let repository = |summary: &str, ok: RefOr<Schema>, named: bool| {
+        let mut op = OperationBuilder::new()
+            .summary(Some(summary.to_string()))
+            .security(SecurityRequirement::new("bearer", Vec::<String>::new()))
+            .request_body(Some(json_body(any_object())))
+            .response("200", answer("OK", ok))
+            .response(
+                "400",
+                v2_error("A bad body, or (load) versions that were refused"),
+            )
+            .response("401", v2_error("A missing or wrong bearer token"))
+            .response("404", v2_error("Admin routes off, or no such model"))
+            .response("408", shared("Timeout"))
+            .response("500", shared("Internal"));
+        if named {
+            op = op.parameter(name());
+        }
+        op
+    };
+    routes.push((
+        "/v2/repository/index".to_string(),
+        HttpMethod::Post,
+        repository(
+            "Repository index (admin): every model and version with its state and reason",
+            array_of(any_object()),
+            false,
+        ),
+    ));
+    for (action, summary) in [
+        ("load", "Load a model now (admin)"),
+        (
+            "unload",
+            "Stop serving a model until it is loaded again (admin)",
+        ),
+    ] {
+        routes.push((
+            format!("/v2/repository/models/{{name}}/{action}"),
+            HttpMethod::Post,
+            repository(summary, any_object(), true),
+        ));
     }
     routes
 }
