@@ -41,21 +41,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def xmc(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("repo")
-    for name, version, bundle in [
-        ("tags", 1, TEXT_BUNDLE),
-        ("small", 1, FEATURE_BUNDLE),
-        ("small", 2, FEATURE_BUNDLE),
-    ]:
-        d = repo / name / str(version)
-        d.mkdir(parents=True)
-        shutil.copy(bundle, d / "model.xmcb")
-    (repo / "small" / "model.toml").write_text('version_policy = "all"\n')
+def launch(repo, **env_extra):
+    """Starts `xmc serve --repository repo` with REST and gRPC on free ports, and waits until
+    it is ready. Returns (process, REST port, gRPC port)."""
     http_port, grpc_port = free_port(), free_port()
     env = dict(os.environ, XMC_POLL_INTERVAL_MS="0", XMC_LOG="warn",
-               XMC_BODY_LIMIT_BYTES=str(BODY_LIMIT))
+               XMC_BODY_LIMIT_BYTES=str(BODY_LIMIT), **env_extra)
     proc = subprocess.Popen(
         [os.environ.get("XMC_BIN", str(ROOT / "target/debug/xmc")), "serve",
          "--repository", str(repo), "--bind", f"127.0.0.1:{http_port}",
@@ -73,6 +64,22 @@ def xmc(tmp_path_factory):
         assert proc.poll() is None, "xmc serve exited"
         assert time.time() < deadline, "xmc serve never became ready"
         time.sleep(0.1)
+    return proc, http_port, grpc_port
+
+
+@pytest.fixture(scope="session")
+def xmc(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    for name, version, bundle in [
+        ("tags", 1, TEXT_BUNDLE),
+        ("small", 1, FEATURE_BUNDLE),
+        ("small", 2, FEATURE_BUNDLE),
+    ]:
+        d = repo / name / str(version)
+        d.mkdir(parents=True)
+        shutil.copy(bundle, d / "model.xmcb")
+    (repo / "small" / "model.toml").write_text('version_policy = "all"\n')
+    proc, http_port, grpc_port = launch(repo)
     yield types.SimpleNamespace(http_port=http_port, grpc_port=grpc_port, repo=repo, proc=proc)
     proc.terminate()
     proc.wait(timeout=30)
