@@ -574,7 +574,8 @@ async fn the_repository_extension_indexes_loads_and_unloads_behind_the_admin_tok
     );
 
     // Unload tags: its requests get 404, small goes on, and a scan does not bring it back.
-    let (s, v) = admin_call(&state, "/v2/repository/models/tags/unload", key, "{}").await;
+    let body = r#"{"parameters": {"unload_dependents": false}}"#;
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/unload", key, body).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let (s, _) = json_call(
         &state,

@@ -211,7 +211,7 @@ pub async fn model_config(
 }
 
 /// The body of a repository call: `{"ready": bool}` for the index, `{"parameters": {..}}` for
-/// load and unload (none is taken), or nothing.
+/// load (none is taken) and unload (`unload_dependents`), or nothing.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RepositoryRequest {
@@ -221,11 +221,13 @@ struct RepositoryRequest {
     parameters: Option<Map<String, Value>>,
 }
 
-/// Authorizes a repository call and reads its body (empty is `{}`).
+/// Authorizes a repository call and reads its body (empty is `{}`), taking only the
+/// `allowed` parameters (booleans).
 fn repository_request(
     state: &AppState,
     headers: &HeaderMap,
     body: &[u8],
+    allowed: &[&str],
 ) -> Result<RepositoryRequest, V2Error> {
     routes::authorize(state, headers).map_err(from_api)?;
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -233,8 +235,17 @@ fn repository_request(
     }
     let req: RepositoryRequest = serde_json::from_slice(body)
         .map_err(|e| V2Error::bad(format!("the request body is not valid: {e}")))?;
-    if let Some(key) = req.parameters.iter().flatten().map(|(k, _)| k).next() {
-        return Err(V2Error::bad(format!("unknown parameter {key:?}")));
+    for (key, value) in req.parameters.iter().flatten() {
+        // tritonclient's unload sends `unload_dependents`; an xmc model has no dependents.
+        let known = allowed.contains(&key.as_str());
+        if !known {
+            return Err(V2Error::bad(format!("unknown parameter {key:?}")));
+        }
+        if !value.is_boolean() {
+            return Err(V2Error::bad(format!(
+                "parameter {key:?} must be true or false"
+            )));
+        }
     }
     Ok(req)
 }
@@ -246,7 +257,7 @@ pub async fn repository_index(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<axum::Json<Value>, V2Error> {
-    let req = repository_request(&state, &headers, &body)?;
+    let req = repository_request(&state, &headers, &body, &[])?;
     let mut rows = repository::index(&state)
         .await
         .map_err(|e| V2Error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
@@ -270,7 +281,7 @@ pub async fn repository_load(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<axum::Json<Value>, V2Error> {
-    repository_request(&state, &headers, &body)?;
+    repository_request(&state, &headers, &body, &[])?;
     let name = p.name.clone();
     let result = tokio::spawn(async move { repository::load_one(&state, &name).await })
         .await
@@ -286,7 +297,7 @@ pub async fn repository_unload(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<axum::Json<Value>, V2Error> {
-    repository_request(&state, &headers, &body)?;
+    repository_request(&state, &headers, &body, &["unload_dependents"])?;
     repository_answer(&p.name, repository::unload_one(&state, &p.name).await)
 }
 
