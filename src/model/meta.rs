@@ -57,7 +57,7 @@ pub struct ModelMeta {
     /// How REFRAG's (α, γ_r) were chosen on a held-out fold: the grid's figures, the model's
     /// without REFRAG, and the pair chosen. Absent when the trainer did not search them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refrag: Option<crate::train::refrag::RefragChoice>,
+    pub refrag: Option<RefragChoice>,
     /// When and how fast the model was made; the only field that differs between reproducible runs.
     pub created: Created,
 }
@@ -95,4 +95,51 @@ impl ModelMeta {
         }
         Ok(())
     }
+}
+
+/// A model's figures on the fold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FoldFigures {
+    /// P@1.
+    #[serde(rename = "p@1")]
+    pub p1: f64,
+    /// PSP@5.
+    #[serde(rename = "psp@5")]
+    pub psp5: f64,
+    /// coverage@5.
+    #[serde(rename = "coverage@5")]
+    pub coverage5: f64,
+}
+
+/// One grid point and its figures on the fold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GridPoint {
+    /// REFRAG's α.
+    pub alpha: f32,
+    /// REFRAG's γ_r.
+    pub gamma: f32,
+    /// Its figures.
+    #[serde(flatten)]
+    pub figures: FoldFigures,
+}
+
+/// What the trainer's REFRAG search (`train::refrag`) chose on its held-out fold and why,
+/// recorded as `meta.refrag`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RefragChoice {
+    /// The chosen α (also the model's `defrag.alpha`).
+    pub alpha: f32,
+    /// The chosen γ_r (also the model's `defrag.gamma_r`).
+    pub gamma: f32,
+    /// Whether some grid pair kept P@1 within the tolerance; if none did, α = 1 (the search's
+    /// order kept, the configured γ_r).
+    pub within_tolerance: bool,
+    /// Points the fold model trained on.
+    pub train_points: usize,
+    /// Points held out.
+    pub fold_points: usize,
+    /// The fold model without REFRAG.
+    pub baseline: FoldFigures,
+    /// Every pair scored, in grid order.
+    pub grid: Vec<GridPoint>,
 }

@@ -14,7 +14,7 @@ mod query;
 pub mod sections;
 mod stage;
 
-pub use meta::{Created, MODEL_FORMAT, ModelMeta};
+pub use meta::{Created, FoldFigures, GridPoint, MODEL_FORMAT, ModelMeta, RefragChoice};
 pub use names::Names;
 pub use prediction::{PredictOptions, Prediction};
 pub use query::QueryError;

@@ -8,12 +8,11 @@ use super::{Progress, TrainError, TrainInputs, train_model};
 use crate::config::TrainConfig;
 use crate::data::Dataset;
 use crate::eval::{Evaluator, PropensityParams};
-use crate::model::{Model, PredictOptions};
+use crate::model::{FoldFigures, GridPoint, Model, PredictOptions, RefragChoice};
 use crate::rerank::RerankModel;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 /// The stream of `seed` that draws the fold.
 const FOLD_SEED_STREAM: u64 = 0x004E_F01D;
@@ -30,52 +29,6 @@ const GRID_ALPHA: [f32; 5] = [0.95, 0.9, 0.8, 0.65, 0.5];
 
 /// The γ_r values of the grid.
 const GRID_GAMMA: [f32; 5] = [2.0, 5.0, 10.0, 20.0, 40.0];
-
-/// A model's figures on the fold.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FoldFigures {
-    /// P@1.
-    #[serde(rename = "p@1")]
-    pub p1: f64,
-    /// PSP@5.
-    #[serde(rename = "psp@5")]
-    pub psp5: f64,
-    /// coverage@5.
-    #[serde(rename = "coverage@5")]
-    pub coverage5: f64,
-}
-
-/// One grid point and its figures on the fold.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GridPoint {
-    /// REFRAG's α.
-    pub alpha: f32,
-    /// REFRAG's γ_r.
-    pub gamma: f32,
-    /// Its figures.
-    #[serde(flatten)]
-    pub figures: FoldFigures,
-}
-
-/// What the search chose and why, recorded as `meta.refrag`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RefragChoice {
-    /// The chosen α (also the model's `defrag.alpha`).
-    pub alpha: f32,
-    /// The chosen γ_r (also the model's `defrag.gamma_r`).
-    pub gamma: f32,
-    /// Whether some grid pair kept P@1 within the tolerance; if none did, α = 1 (the search's
-    /// order kept, the configured γ_r).
-    pub within_tolerance: bool,
-    /// Points the fold model trained on.
-    pub train_points: usize,
-    /// Points held out.
-    pub fold_points: usize,
-    /// The fold model without REFRAG.
-    pub baseline: FoldFigures,
-    /// Every pair scored, in grid order.
-    pub grid: Vec<GridPoint>,
-}
 
 /// The (α, γ_r) pairs scored: [`GRID_ALPHA`] × [`GRID_GAMMA`], leaving out a pair whose
 /// κ = γ_r(1 − α)/α an earlier pair already has (the rerank's order depends on κ alone, so such
