@@ -16,14 +16,14 @@
 //! Plans and shards are bundle files (checksummed sections, written atomically), so a shard that
 //! fails leaves nothing behind, and a damaged one is refused by its checksums.
 
-use super::{Parts, TrainError, TrainInputs, Trained, assemble, bp, content_hash, tree_stats};
+use super::{TrainError, TrainInputs, bp};
 use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId, row_slices};
 use crate::linear::LinearColumn;
-use crate::router::{BlockArrays, BpArrays, BpMeta};
+use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{TreeTrainError, lay_out, train_node_outputs};
+use crate::tree::train::{TreeTrainError, train_node_outputs};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -32,6 +32,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
+
+mod merge;
+pub use merge::merge;
 
 /// The `format` of a plan file.
 pub const PLAN_FORMAT: &str = "xmc-train-plan/1";
@@ -872,199 +875,5 @@ impl Shard {
     }
 }
 
-/// Merges the shards at `paths` (each read and checked against `plan`) into the model of the
-/// plan's data with `inputs`, as `train` would have trained it: what the model holds of the data
-/// itself (its shape, statistics and label counts) comes from the plan. `seconds` (e.g. the
-/// checks of the data) go into the creation record beside each shard's time.
-pub fn merge(
-    plan: &Plan,
-    inputs: TrainInputs,
-    paths: &[PathBuf],
-    mut seconds: serde_json::Map<String, serde_json::Value>,
-) -> Result<Trained, ShardError> {
-    let cfg = &plan.meta.config;
-    super::check_shape(plan.meta.data.shape, &inputs)?;
-    if paths.is_empty() {
-        return Err(ShardError::Shards("no shard files given".into()));
-    }
-    let mut of = None;
-    let mut seen: BTreeMap<usize, &Path> = BTreeMap::new();
-    let mut columns: Vec<Vec<Vec<Option<LinearColumn>>>> = plan
-        .layouts
-        .iter()
-        .map(|l| {
-            (0..l.n_nodes())
-                .map(|n| vec![None; n_outputs(l, n) as usize])
-                .collect()
-        })
-        .collect();
-    for path in paths {
-        let shard = Shard::read(path)?;
-        let m = &shard.meta;
-        if m.plan != plan.meta.id {
-            return Err(file_err(
-                path,
-                format!(
-                    "this shard belongs to plan {}, not to plan {} (trained from another \
-                     plan or data set)",
-                    m.plan, plan.meta.id
-                ),
-            ));
-        }
-        match of {
-            None => of = Some(m.of),
-            Some(n) if n != m.of => {
-                return Err(file_err(
-                    path,
-                    format!(
-                        "this is shard {} of {}, but another is of {n}",
-                        m.index, m.of
-                    ),
-                ));
-            }
-            Some(_) => {}
-        }
-        if m.index >= m.of {
-            return Err(file_err(
-                path,
-                format!("shard index {} of {}", m.index, m.of),
-            ));
-        }
-        if let Some(other) = seen.insert(m.index, path) {
-            return Err(ShardError::Shards(format!(
-                "{} and {} are both shard {} of {}",
-                other.display(),
-                path.display(),
-                m.index,
-                m.of
-            )));
-        }
-        let expected: Vec<[u32; 3]> = plan
-            .shard_units(m.index, m.of)
-            .into_iter()
-            .flat_map(|u| {
-                let u = plan.units[u];
-                (u.first..u.first + u.count).map(move |o| [u.tree, u.node, o])
-            })
-            .collect();
-        if shard.ids != expected {
-            return Err(file_err(
-                path,
-                format!(
-                    "it does not hold the classifiers the plan gives shard {} of {}",
-                    m.index, m.of
-                ),
-            ));
-        }
-        for ([t, node, o], col) in shard.ids.iter().zip(shard.columns) {
-            columns[*t as usize][*node as usize][*o as usize] = Some(col);
-        }
-        seconds.insert(
-            format!("shard{}_train", m.index),
-            m.seconds.get("train").copied().unwrap_or(0.0).into(),
-        );
-    }
-    let of = of.unwrap_or(0);
-    let missing: Vec<String> = (0..of)
-        .filter(|i| !seen.contains_key(i))
-        .map(|i| i.to_string())
-        .collect();
-    if !missing.is_empty() {
-        return Err(ShardError::Shards(format!(
-            "missing shards of {of}: {} (each index 0..{of} must be given once)",
-            missing.join(", ")
-        )));
-    }
-    let start = Instant::now();
-    let mut trees = Vec::new();
-    let mut stats = Vec::new();
-    for (t, (layout, nodes)) in plan.layouts.iter().zip(columns).enumerate() {
-        let nodes: Vec<Vec<LinearColumn>> = nodes
-            .into_iter()
-            .map(|outs| outs.into_iter().collect::<Option<Vec<_>>>())
-            .collect::<Option<_>>()
-            .ok_or_else(|| ShardError::Shards(format!("model {t} lacks classifiers")))?;
-        let arrays =
-            lay_out(layout, &nodes).map_err(|source| model_error(plan.bp.as_ref(), t, source))?;
-        stats.push(tree_stats(layout, &arrays));
-        trees.push(arrays);
-    }
-    // With BP the models are the router and the blocks' models, and the statistics the blocks'.
-    let bp = match (&plan.bp, &plan.meta.bp) {
-        (Some(blocks), Some(meta)) => {
-            let mut models = std::mem::take(&mut trees).into_iter();
-            let router = models
-                .next()
-                .ok_or_else(|| ShardError::Shards("the plan has no BP router".into()))?;
-            stats.remove(0);
-            Some(bp::BpTrained {
-                arrays: BpArrays {
-                    router,
-                    blocks: blocks
-                        .clusters
-                        .iter()
-                        .zip(models)
-                        .map(|(labels, tree)| BlockArrays {
-                            labels: labels.clone(),
-                            tree,
-                        })
-                        .collect(),
-                },
-                meta: meta.clone(),
-                block_stats: stats.clone(),
-                seconds: Vec::new(),
-            })
-        }
-        _ => None,
-    };
-    for (k, v) in &plan.meta.seconds {
-        seconds.insert(format!("plan_{k}"), (*v).into());
-    }
-    seconds.insert("merge".into(), start.elapsed().as_secs_f64().into());
-    let facts = super::DataFacts {
-        shape: plan.meta.data.shape,
-        label_counts: plan.label_counts.clone(),
-        stats: Some(plan.meta.data_stats.clone()),
-    };
-    let mut trained = assemble(
-        facts,
-        cfg,
-        inputs,
-        Parts {
-            trees,
-            tree_stats: stats,
-            bp,
-            defrag: Vec::new(),
-            prototypes: None,
-            fiat: None,
-            seconds,
-        },
-    );
-    trained.meta.version = content_hash(&trained)?;
-    Ok(trained)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A plan's BP partition is checked before any shard uses it: points, blocks and clusters
-    /// must fit the data's shape.
-    #[test]
-    fn a_bp_partition_that_does_not_fit_is_refused() {
-        let shape = [4, 2, 5];
-        let ok = read_bp_blocks(vec![0, 1, 1, 0], &[0, 2, 3], &[1, 4, 0], shape).unwrap();
-        assert_eq!(ok.clusters, vec![vec![1, 4], vec![0]]);
-        let cases = [
-            (vec![0, 1, 1], &[0, 2, 3], &[1, 4, 0], "assign 4 points"),
-            (vec![0, 2, 1, 0], &[0, 2, 3], &[1, 4, 0], "assign 4 points"),
-            (vec![0, 1, 1, 0], &[0, 2, 4], &[1, 4, 0], "do not fit"),
-            (vec![0, 1, 1, 0], &[0, 2, 3], &[4, 1, 0], "not a sorted set"),
-            (vec![0, 1, 1, 0], &[0, 2, 3], &[1, 5, 0], "not a sorted set"),
-        ];
-        for (assign, offsets, labels, want) in cases {
-            let err = read_bp_blocks(assign, offsets, labels, shape).unwrap_err();
-            assert!(err.contains(want), "{err}");
-        }
-    }
-}
+mod tests;
