@@ -394,6 +394,15 @@ fn v2_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
             ),
         ));
     }
+    routes.extend(v2_repository_routes());
+    routes
+}
+
+/// Triton's repository routes (admin: the bearer token).
+fn v2_repository_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
+    let name = || path_param("name", "the repository model");
+    let any_object = || plain(Type::Object);
+    let mut routes = Vec::new();
     let repository = |summary: &str, ok: RefOr<Schema>, named: bool| {
         let mut op = OperationBuilder::new()
             .summary(Some(summary.to_string()))
