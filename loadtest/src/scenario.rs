@@ -233,6 +233,64 @@ pub struct HotSwap {
     /// pages: the swap's own cost without a new model's cold caches.
     #[serde(default)]
     pub force: bool,
+    /// `[hot_swap.repository]`: swap the versions of one model of a repository while the load
+    /// goes to another model of it.
+    #[serde(default)]
+    pub repository: Option<RepositorySwap>,
+}
+
+/// `[hot_swap.repository]`: the swaps write new version directories of model `swapped` (each a
+/// copy of the next of `bundles`, written beside and renamed in), while the load goes to model
+/// `loaded` through `/v1/models/{loaded}/predict`. `method` applies: `rename` leaves the new
+/// version to the server's poller, `admin` follows it with
+/// `POST /v2/repository/models/{swapped}/load`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositorySwap {
+    /// The repository (`<name>/<version>/model.xmcb`). For a server the tool starts, it serves
+    /// a working copy of it in the report directory (the bundles linked, not copied), and the
+    /// new versions go there; with `url`, the new versions are written into `dir` itself.
+    pub dir: PathBuf,
+    /// The model whose versions are swapped (it need not exist yet).
+    pub swapped: String,
+    /// The model that takes the load.
+    pub loaded: String,
+    /// A server that already serves `dir` (its poll interval and admin token are its own).
+    pub url: Option<String>,
+    /// With `url`: the server's admin token, for `method = "admin"` or `"both"`.
+    pub admin_token: Option<String>,
+}
+
+impl RepositorySwap {
+    fn check(&self, h: &HotSwap) -> anyhow::Result<()> {
+        for (key, name) in [
+            ("hot_swap.repository.swapped", &self.swapped),
+            ("hot_swap.repository.loaded", &self.loaded),
+        ] {
+            if !xmc::serve::repository::valid_name(name) {
+                bail!("`{key}` = {name:?}: not a model name (letters, digits, `-`, `_`, `.`)");
+            }
+        }
+        if self.swapped == self.loaded {
+            bail!("`hot_swap.repository`: `swapped` and `loaded` must be two different models");
+        }
+        if h.force {
+            bail!("`hot_swap.force` reloads a `--model` file; a repository gets new versions");
+        }
+        if self.url.is_some() && h.method != SwapMethod::Rename && self.admin_token.is_none() {
+            bail!(
+                "`hot_swap.repository.url` with method {:?} needs `admin_token` (the \
+                 server's)",
+                h.method
+            );
+        }
+        if self.url.is_none() && self.admin_token.is_some() {
+            bail!(
+                "`hot_swap.repository.admin_token` is for `url`: a started server gets the tool's own"
+            );
+        }
+        Ok(())
+    }
 }
 
 fn default_interval() -> u64 {
@@ -453,6 +511,9 @@ impl Scenario {
                          can force a reload"
                     );
                 }
+                if let Some(r) = &h.repository {
+                    r.check(h)?;
+                }
             }
             Kind::MaxRate => {
                 if self.max_rate.is_none() {
@@ -592,6 +653,25 @@ swaps = 3
         let s = Scenario::parse(&hs.replace("force = true", "force = true\nmethod = \"admin\""))
             .expect("forced admin swaps parse");
         assert!(s.hot_swap.is_some_and(|h| h.force));
+    }
+
+    #[test]
+    fn a_repository_swap_names_two_models_and_its_token_only_with_a_url() {
+        let repo = "\n[hot_swap.repository]\ndir = \"r\"\nswapped = \"a\"\nloaded = \"b\"\n";
+        let s = Scenario::parse(&format!("{HOT_SWAP}{repo}")).expect("parses");
+        let r = s.hot_swap.and_then(|h| h.repository).expect("repository");
+        assert_eq!((r.swapped.as_str(), r.loaded.as_str()), ("a", "b"));
+        let e = err(&format!("{HOT_SWAP}{}", repo.replace("\"b\"", "\"a\"")));
+        assert!(e.contains("two different models"), "{e}");
+        let e = err(&format!("{HOT_SWAP}{}", repo.replace("\"b\"", "\"b/c\"")));
+        assert!(e.contains("hot_swap.repository.loaded"), "{e}");
+        let e = err(&format!("{HOT_SWAP}{repo}url = \"http://127.0.0.1:1\"\n"));
+        assert!(e.contains("admin_token"), "{e}");
+        let e = err(&format!("{HOT_SWAP}{repo}admin_token = \"t\"\n"));
+        assert!(e.contains("is for `url`"), "{e}");
+        let forced = HOT_SWAP.replace("swaps = 3", "swaps = 3\nforce = true\nmethod = \"admin\"");
+        let e = err(&format!("{forced}{repo}"));
+        assert!(e.contains("hot_swap.force"), "{e}");
     }
 
     #[test]

@@ -61,8 +61,8 @@ impl Server {
         })
     }
 
-    /// Starts `xmc serve --model MODEL` on a free loopback port, with `env`, and waits for
-    /// `/readyz`. Its log goes to `log`.
+    /// Starts `xmc serve --model MODEL` (`--repository MODEL` when MODEL is a directory) on a
+    /// free loopback port, with `env`, and waits for `/readyz`. Its log goes to `log`.
     pub async fn start(
         client: &HttpClient,
         xmc: &Path,
@@ -88,8 +88,14 @@ impl Server {
         let log_file =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut cmd = Command::new(xmc);
+        // A directory is a model repository (`<name>/<version>/model.xmcb`).
+        let flag = if model.is_dir() {
+            "--repository"
+        } else {
+            "--model"
+        };
         cmd.arg("serve")
-            .arg("--model")
+            .arg(flag)
             .arg(model)
             .arg("--bind")
             .arg(format!("127.0.0.1:{port}"))

@@ -1,16 +1,18 @@
 //! Hot swap: one continuous run at a fixed rate while the served bundle is swapped every
 //! `interval_ms`, by a rename the poller sees or by the admin route, with the machine and the
-//! server sampled throughout.
+//! server sampled throughout. With `[hot_swap.repository]`, the swaps write new versions of one
+//! model of a repository while the load goes to another ([`repository`]).
 
 mod report;
+pub mod repository;
 
 pub(crate) use report::markdown;
-pub use report::{HotSwapReport, Slow, Span, Window};
+pub use report::{HotSwapReport, RepositoryFigures, Slow, Span, Window};
 
 use super::Report;
 use super::max_rate::{MaxRateReport, find_max};
 use crate::context::{Ctx, loadavg, predict_target};
-use crate::engine::{self, HttpClient, RunResult};
+use crate::engine::{self, HttpClient, RunResult, Target};
 use crate::queries::{self, Quality, Queries};
 use crate::scenario::{HotSwap, SwapMethod};
 use crate::server;
@@ -62,6 +64,33 @@ async fn reload_metrics(client: &HttpClient, base: &str) -> Vec<String> {
 /// How many of a hot-swap run's slowest requests its report lists.
 const SLOWEST: usize = 8;
 
+/// What a run's server serves and where its load goes: a bundle through a symlink (the load on
+/// `/v1/predict`), or a repository whose model `model` takes the load.
+struct Serving {
+    /// The symlink, or the repository directory.
+    path: PathBuf,
+    /// A server already running there (repository mode only).
+    url: Option<String>,
+    /// The repository's versions of the swapped model, and the model that takes the load.
+    repository: Option<(repository::Versions, String)>,
+}
+
+impl Serving {
+    fn target(&self, base: &str, q: &Queries) -> anyhow::Result<Target> {
+        match &self.repository {
+            Some((_, loaded)) => repository::model_target(base, loaded, q),
+            None => predict_target(base, q),
+        }
+    }
+}
+
+/// How a swap is made: the symlink renamed onto the other bundle, or the next version written
+/// into the repository.
+enum Swap {
+    Link(PathBuf),
+    Repository(repository::Versions),
+}
+
 /// Each swap made: when it started (seconds since the run's start), whether the admin route
 /// followed the rename, and its error (empty when none).
 type SwapLog = Vec<(f64, bool, String)>;
@@ -110,6 +139,7 @@ struct Gathered {
     total: f64,
     started_unix_s: f64,
     sizes: [u64; 2],
+    repository: Option<RepositoryFigures>,
     reloads_before: Vec<String>,
     reloads_after: Vec<String>,
     hwm: Option<u64>,
@@ -127,10 +157,30 @@ pub(crate) async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow
         std::fs::canonicalize(p).with_context(|| format!("bundle {} not found", p.display()))
     };
     let bundles = [abs(&h.bundles[0])?, abs(&h.bundles[1])?];
-    let link = std::path::absolute(ctx.out.join("serving.xmcb"))?;
-    let _ = std::fs::remove_file(&link);
-    swap_link(&link, &bundles[0])?;
-    let token = format!("loadtest-{}", std::process::id());
+    let serving = match &h.repository {
+        None => {
+            let link = std::path::absolute(ctx.out.join("serving.xmcb"))?;
+            let _ = std::fs::remove_file(&link);
+            swap_link(&link, &bundles[0])?;
+            Serving {
+                path: link,
+                url: None,
+                repository: None,
+            }
+        }
+        Some(r) => {
+            let v = repository::prepare(r, &ctx.out.join("repository"), &bundles[0])?;
+            Serving {
+                path: v.dir.clone(),
+                url: r.url.clone(),
+                repository: Some((v, r.loaded.clone())),
+            }
+        }
+    };
+    let token = match h.repository.as_ref().and_then(|r| r.admin_token.clone()) {
+        Some(t) => t,
+        None => format!("loadtest-{}", std::process::id()),
+    };
     let mut env = vec![
         (
             "XMC_POLL_INTERVAL_MS".to_string(),
@@ -138,16 +188,27 @@ pub(crate) async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow
         ),
         ("XMC_ADMIN_TOKEN".to_string(), token.clone()),
     ];
+    // The model that takes the load answers `/readyz`, so the run starts once it serves.
+    if let Some((_, loaded)) = &serving.repository {
+        env.push(("XMC_DEFAULT_MODEL".to_string(), loaded.clone()));
+    }
     // Started servers log warnings only. These log each model published and released, with
     // how long each took, to line up with the report's slowest requests; 200 lines a run. A
     // scenario's own `XMC_LOG` wins.
     if !ctx.scenario.server.env.contains_key("XMC_LOG") {
         env.push(("XMC_LOG".to_string(), "info".to_string()));
     }
-    let rate = swap_rate(ctx, q, rep, &h, &link, &env).await?;
-    let srv = ctx.server_for(Some(&link), None, "hot-swap", &env).await?;
+    let rate = swap_rate(ctx, q, rep, &h, &serving, &env).await?;
+    let srv = ctx
+        .server_for(
+            Some(&serving.path),
+            serving.url.as_deref(),
+            "hot-swap",
+            &env,
+        )
+        .await?;
     let pid = srv.pid();
-    let target = predict_target(&srv.url, q)?;
+    let target = serving.target(&srv.url, q)?;
     let sizes = [
         std::fs::metadata(&bundles[0])?.len(),
         std::fs::metadata(&bundles[1])?.len(),
@@ -173,7 +234,11 @@ pub(crate) async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let swapper = spawn_swapper(ctx, &h, (&bundles, &link), (&srv.url, &token), t0);
+    let how = match &serving.repository {
+        Some((v, _)) => Swap::Repository(v.clone()),
+        None => Swap::Link(serving.path.clone()),
+    };
+    let swapper = spawn_swapper(ctx, &h, (&bundles, how), (&srv.url, &token), t0);
     let sampler = {
         let cancel = ctx.cancel.clone();
         tokio::spawn(async move {
@@ -213,6 +278,15 @@ pub(crate) async fn hot_swap(ctx: &Ctx, q: &Queries, rep: &mut Report) -> anyhow
         total,
         started_unix_s,
         sizes,
+        repository: serving
+            .repository
+            .as_ref()
+            .map(|(v, loaded)| RepositoryFigures {
+                models: v.models,
+                swapped: v.swapped.clone(),
+                loaded: loaded.clone(),
+                other_bytes: v.other_bytes,
+            }),
         reloads_before,
         reloads_after,
         hwm,
@@ -231,7 +305,7 @@ async fn swap_rate(
     q: &Queries,
     rep: &mut Report,
     h: &HotSwap,
-    link: &Path,
+    serving: &Serving,
     env: &[(String, String)],
 ) -> anyhow::Result<f64> {
     Ok(match (h.rate, h.rate_fraction, &ctx.scenario.max_rate) {
@@ -242,9 +316,14 @@ async fn swap_rate(
             // stay in that process's peak RSS (VmHWM) and in its allocator's heap, so the search
             // gets a server of its own and the swaps a fresh one.
             let probe = ctx
-                .server_for(Some(link), None, "hot-swap-max-rate", env)
+                .server_for(
+                    Some(&serving.path),
+                    serving.url.as_deref(),
+                    "hot-swap-max-rate",
+                    env,
+                )
                 .await?;
-            let target = predict_target(&probe.url, q)?;
+            let target = serving.target(&probe.url, q)?;
             let (steps, max, at_ceiling) = find_max(ctx, &target, probe.pid(), mr).await?;
             rep.max_rate.push(MaxRateReport {
                 label: "hot-swap bundle A".into(),
@@ -263,19 +342,19 @@ async fn swap_rate(
 }
 
 /// Starts the task that makes the swaps: from `before_s` after `t0`, every `interval_ms`, it
-/// points the link at the other bundle and, as the method asks, calls the admin route.
+/// points the link at the other bundle (or writes the repository's next version of the swapped
+/// model from it) and, as the method asks, calls the admin route.
 fn spawn_swapper(
     ctx: &Ctx,
     h: &HotSwap,
-    (bundles, link): (&[PathBuf; 2], &Path),
+    (bundles, mut how): (&[PathBuf; 2], Swap),
     (url, token): (&str, &str),
     t0: Instant,
 ) -> tokio::task::JoinHandle<SwapLog> {
-    let (client, cancel, bundles, link, url, token) = (
+    let (client, cancel, bundles, url, token) = (
         ctx.client.clone(),
         ctx.cancel.clone(),
         bundles.clone(),
-        link.to_path_buf(),
         url.to_string(),
         token.to_string(),
     );
@@ -289,33 +368,49 @@ fn spawn_swapper(
             if cancel.is_cancelled() {
                 break;
             }
-            let to = &bundles[(i + 1) % 2];
+            let to = bundles[(i + 1) % 2].clone();
             let admin = match method {
                 SwapMethod::Rename => false,
                 SwapMethod::Admin => true,
                 SwapMethod::Both => i % 4 >= 2,
             };
             let at = t0.elapsed().as_secs_f64();
-            let mut err = String::new();
-            if let Err(e) = swap_link(&link, to) {
-                err = format!("{e:#}");
-            } else if admin {
-                err = admin_reload(&client, &url, &token, force).await;
-            }
+            let (made, route) = match &mut how {
+                Swap::Link(link) => (
+                    swap_link(link, &to),
+                    if force {
+                        "/v1/admin/reload?force=true".to_string()
+                    } else {
+                        "/v1/admin/reload".to_string()
+                    },
+                ),
+                Swap::Repository(v) => {
+                    // A copy of a bundle: off the runtime's one thread, which sends the load.
+                    let mut moved = v.clone();
+                    let written =
+                        tokio::task::spawn_blocking(move || moved.write_next(&to).map(|_| moved))
+                            .await
+                            .map_err(anyhow::Error::from)
+                            .and_then(|r| r);
+                    let route = format!("/v2/repository/models/{}/load", v.swapped);
+                    (written.map(|w| *v = w), route)
+                }
+            };
+            let err = match made {
+                Err(e) => format!("{e:#}"),
+                Ok(()) if admin => admin_call(&client, &url, &route, &token).await,
+                Ok(()) => String::new(),
+            };
             log.push((at, admin, err));
         }
         log
     })
 }
 
-/// Calls the admin reload route; the error, or an empty string when it answered 200.
-async fn admin_reload(client: &HttpClient, url: &str, token: &str, force: bool) -> String {
+/// Calls an admin route (`POST`, empty body, the bearer token); the error, or an empty string
+/// when it answered 200.
+async fn admin_call(client: &HttpClient, url: &str, route: &str, token: &str) -> String {
     let auth = format!("Bearer {token}");
-    let route = if force {
-        "/v1/admin/reload?force=true"
-    } else {
-        "/v1/admin/reload"
-    };
     let mut err = String::new();
     let u = server::uri(url, route);
     if let Ok(u) = u {
@@ -329,7 +424,7 @@ async fn admin_reload(client: &HttpClient, url: &str, token: &str, force: bool) 
         .await;
         if st != engine::Status::Http(200) {
             err = format!(
-                "admin reload: {st:?} {}",
+                "{route}: {st:?} {}",
                 String::from_utf8_lossy(&body)
                     .chars()
                     .take(200)
@@ -373,7 +468,8 @@ fn report(
     let quality: Quality = queries::score(q, &r.bodies);
     let (version_changes, predict_time) =
         served_by_phase(r, [before_end, last, last + h.after_s], first);
-    let budget_kb = (g.sizes[0] + g.sizes[1]) / 1024 + 64 * 1024;
+    let others = g.repository.as_ref().map_or(0, |r| r.other_bytes);
+    let budget_kb = (g.sizes[0] + g.sizes[1] + others) / 1024 + 64 * 1024;
     HotSwapReport {
         rate: g.rate,
         swaps_requested: h.swaps,
@@ -409,6 +505,7 @@ fn report(
         machine,
         server,
         bundle_bytes: g.sizes,
+        repository: g.repository,
         rss_budget_kb: budget_kb,
         loadavg: g.load_before,
     }

@@ -82,10 +82,27 @@ pub struct HotSwapReport {
     pub server: [Option<crate::server::ProcTimes>; 3],
     /// The two bundles' sizes, bytes.
     pub bundle_bytes: [u64; 2],
-    /// Both bundles + 64 MiB, kB.
+    /// In a repository: its models, the swapped one, the one under load and the other
+    /// models' bundles.
+    pub repository: Option<RepositoryFigures>,
+    /// Both bundles (and the repository's other models' bundles) + 64 MiB, kB.
     pub rss_budget_kb: u64,
     /// 1-minute load average at the start.
     pub loadavg: Option<f64>,
+}
+
+/// A hot swap in a model repository: the swaps write new versions of one model while the load
+/// goes to another.
+#[derive(Clone, Debug, Serialize)]
+pub struct RepositoryFigures {
+    /// Models served, the swapped one included.
+    pub models: usize,
+    /// The model whose versions were swapped.
+    pub swapped: String,
+    /// The model that took the load.
+    pub loaded: String,
+    /// The bundles of every model but the swapped one (each one's highest version), bytes.
+    pub other_bytes: u64,
 }
 
 /// One of a hot-swap run's slowest requests, with where its time is known to have gone.
@@ -148,9 +165,18 @@ pub(crate) fn markdown(m: &mut String, h: &HotSwapReport) {
 
 /// The phases' table: before, during and after the swaps.
 fn phases(m: &mut String, h: &HotSwapReport) {
+    let _ = writeln!(m, "## Hot swap\n");
+    if let Some(r) = &h.repository {
+        let _ = writeln!(
+            m,
+            "In a repository of {} models: each swap wrote a new version of `{}`; the load went \
+             to `{}` (`/v1/models/{}/predict`), whose figures these are.\n",
+            r.models, r.swapped, r.loaded, r.loaded
+        );
+    }
     let _ = writeln!(
         m,
-        "## Hot swap\n\n{} swaps of {} asked ({} followed by the admin route, the rest left \
+        "{} swaps of {} asked ({} followed by the admin route, the rest left \
          to the poller), every {} ms, at {:.0} req/s; load average {}.\n\n\
          | phase | requests | failed | achieved | p50 ms | p99 ms | p99.9 ms | max ms |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|",
@@ -349,8 +375,8 @@ fn summary(m: &mut String, h: &HotSwapReport) {
     let _ = writeln!(
         m,
         "\n- failed requests: **{}**\n- {ratio}\n- peak server \
-         RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} MiB \
-         + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
+         RSS (VmHWM): **{:.1} MiB** (sampled VmRSS max {:.1} MiB); bundles {:.1} + {:.1} \
+         MiB{} + 64 MiB = {:.1} MiB\n- model versions seen: {:?}; version changes in the response \
          stream: {}\n- reloads metric before: `{}`; after: `{}`\n- swap errors: {}\n\
          - server CPU per request: {cpu}\n- the server's own time per prediction \
          (`stats.elapsed_us`), p50 / p99: {} before, {} during, {} after the swaps\n\
@@ -364,6 +390,10 @@ fn summary(m: &mut String, h: &HotSwapReport) {
         mb(h.peak_rss_kb_sampled),
         h.bundle_bytes[0] as f64 / 1048576.0,
         h.bundle_bytes[1] as f64 / 1048576.0,
+        h.repository.as_ref().map_or(String::new(), |r| format!(
+            " + the other models' {:.1} MiB",
+            r.other_bytes as f64 / 1048576.0
+        )),
         mb(h.rss_budget_kb),
         h.versions,
         h.version_changes,
