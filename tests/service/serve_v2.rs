@@ -340,6 +340,18 @@ async fn every_bad_v2_request_is_a_4xx_with_an_error_string() {
             json!({"inputs": text("x")}),
             404,
         ),
+        // A version is written as its directory is: "01" names none; one past any directory
+        // names no version that serves.
+        (
+            "/v2/models/tags/versions/01/infer",
+            json!({"inputs": text("x")}),
+            400,
+        ),
+        (
+            "/v2/models/tags/versions/99999999999999999999999/infer",
+            json!({"inputs": text("x")}),
+            404,
+        ),
         (
             "/v2/models/tags/versions/zero/infer",
             json!({"inputs": text("x")}),
@@ -644,6 +656,12 @@ async fn the_repository_extension_indexes_loads_and_unloads_behind_the_admin_tok
             StatusCode::BAD_REQUEST,
         ),
         ("/v2/repository/index", "not json", StatusCode::BAD_REQUEST),
+        // serde would read the body's struct from an array of its fields.
+        (
+            "/v2/repository/index",
+            "[null, null]",
+            StatusCode::BAD_REQUEST,
+        ),
         (
             "/v2/repository/models/tags/load",
             r#"{"parameters": {"config": "{}"}}"#,

@@ -19,7 +19,8 @@ use utoipa::openapi::path::{
 };
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::schema::{
-    ArrayBuilder, ArrayItems, ComponentsBuilder, Object, ObjectBuilder, Schema, SchemaType, Type,
+    AdditionalProperties, ArrayBuilder, ArrayItems, ComponentsBuilder, Object, ObjectBuilder,
+    Schema, SchemaType, Type,
 };
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
@@ -112,6 +113,11 @@ fn error(description: &str) -> Response {
 
 fn shared(name: &str) -> RefOr<Response> {
     RefOr::Ref(Ref::from_response_name(name))
+}
+
+/// `o`, with no property besides those it names (the server refuses unknown fields).
+fn closed(o: ObjectBuilder) -> ObjectBuilder {
+    o.additional_properties(Some(AdditionalProperties::FreeForm(false)))
 }
 
 /// A JSON object with these properties, all required unless named in `optional`.
@@ -271,14 +277,28 @@ fn v2_error(description: &str) -> Response {
 /// The V2 routes: `(path, operation)` pairs, with and without `/versions/{version}`.
 fn v2_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
     let name = || path_param("name", "the repository model");
-    let version = || path_param("version", "a serving version (a positive integer)");
+    let version = || {
+        path_param("version", "a serving version (a positive integer)").schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[1-9][0-9]*$")),
+        ))
+    };
     let any_object = || plain(Type::Object);
     let tensor = || {
         object(
             vec![
                 ("name", plain(Type::String)),
                 ("datatype", plain(Type::String)),
-                ("shape", array_of(plain(Type::Integer))),
+                (
+                    "shape",
+                    array_of(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(0))
+                            .into(),
+                    ),
+                ),
                 ("parameters", plain(Type::Object)),
                 ("data", array_of(RefOr::T(Schema::Object(Object::new())))),
             ],
@@ -289,24 +309,24 @@ fn v2_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
         vec![
             ("id", plain(Type::String)),
             ("parameters", plain(Type::Object)),
-            ("inputs", array_of(tensor().into())),
+            ("inputs", array_of(closed(tensor()).into())),
             (
                 "outputs",
                 array_of(
-                    object(
+                    closed(object(
                         vec![
                             ("name", plain(Type::String)),
                             ("parameters", plain(Type::Object)),
                         ],
                         &["parameters"],
-                    )
+                    ))
                     .into(),
                 ),
             ),
         ],
         &["id", "parameters", "outputs"],
-    )
-    .build();
+    );
+    let request = closed(request).build();
     let response = object(
         vec![
             ("model_name", plain(Type::String)),
@@ -403,11 +423,42 @@ fn v2_repository_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
     let name = || path_param("name", "the repository model");
     let any_object = || plain(Type::Object);
     let mut routes = Vec::new();
-    let repository = |summary: &str, ok: RefOr<Schema>, named: bool| {
+    // The one body of the three calls, which may be left out (an empty body is `{}`): `ready`
+    // (the index lists only what serves), the call's own `parameters` (booleans), and nothing
+    // else.
+    let either = |t: Type| {
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([t, Type::Null]))
+            .into()
+    };
+    let body = |parameters: &[&str]| {
+        let params = closed(object(
+            parameters
+                .iter()
+                .map(|p| (*p, plain(Type::Boolean)))
+                .collect(),
+            parameters,
+        ))
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]));
+        RequestBodyBuilder::new()
+            .required(Some(Required::False))
+            .content(
+                "application/json",
+                json_content(closed(object(
+                    vec![
+                        ("ready", either(Type::Boolean)),
+                        ("parameters", params.into()),
+                    ],
+                    &["ready", "parameters"],
+                ))),
+            )
+            .build()
+    };
+    let repository = |summary: &str, ok: RefOr<Schema>, named: bool, parameters: &[&str]| {
         let mut op = OperationBuilder::new()
             .summary(Some(summary.to_string()))
             .security(SecurityRequirement::new("bearer", Vec::<String>::new()))
-            .request_body(Some(json_body(any_object())))
+            .request_body(Some(body(parameters)))
             .response("200", answer("OK", ok))
             .response(
                 "400",
@@ -429,19 +480,23 @@ fn v2_repository_routes() -> Vec<(String, HttpMethod, OperationBuilder)> {
             "Repository index (admin): every model and version with its state and reason",
             array_of(any_object()),
             false,
+            &[],
         ),
     ));
-    for (action, summary) in [
-        ("load", "Load a model now (admin)"),
+    // tritonclient's unload sends `unload_dependents` (an xmc model has none).
+    let unload_parameters: &[&str] = &["unload_dependents"];
+    for (action, summary, parameters) in [
+        ("load", "Load a model now (admin)", &[][..]),
         (
             "unload",
             "Stop serving a model until it is loaded again (admin)",
+            unload_parameters,
         ),
     ] {
         routes.push((
             format!("/v2/repository/models/{{name}}/{action}"),
             HttpMethod::Post,
-            repository(summary, any_object(), true),
+            repository(summary, any_object(), true, parameters),
         ));
     }
     routes

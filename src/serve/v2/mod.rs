@@ -94,14 +94,22 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     (status, axum::Json(json!({"ready": ready}))).into_response()
 }
 
-/// A version path segment: a positive integer.
+/// A version path segment: a positive integer, written as the repository's directories are
+/// (no sign, no leading zero). One too large for any version directory names no version that
+/// serves (404), like any other that does not serve.
 fn parse_version(v: &str) -> Result<u64, V2Error> {
-    match v.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(V2Error::bad(format!(
+    let canonical = !v.is_empty() && !v.starts_with('0') && v.bytes().all(|b| b.is_ascii_digit());
+    if !canonical {
+        return Err(V2Error::bad(format!(
             "version {v:?} is not a positive integer"
-        ))),
+        )));
     }
+    v.parse::<u64>().map_err(|_| {
+        V2Error(
+            StatusCode::NOT_FOUND,
+            format!("version {v} is past the largest version a repository can hold"),
+        )
+    })
 }
 
 /// The serving version `version` (or the highest) of model `name`.
@@ -230,8 +238,15 @@ fn repository_request(
     allowed: &[&str],
 ) -> Result<RepositoryRequest, V2Error> {
     routes::authorize(state, headers).map_err(from_api)?;
-    if body.iter().all(u8::is_ascii_whitespace) {
+    let body = body.trim_ascii_start();
+    if body.is_empty() {
         return Ok(RepositoryRequest::default());
+    }
+    // serde would also read the struct from a JSON array of its fields.
+    if body.first() != Some(&b'{') {
+        return Err(V2Error::bad(
+            "the request body is not valid: a JSON object is expected".to_string(),
+        ));
     }
     let req: RepositoryRequest = serde_json::from_slice(body)
         .map_err(|e| V2Error::bad(format!("the request body is not valid: {e}")))?;
