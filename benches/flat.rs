@@ -204,6 +204,7 @@ fn compare(
     let mut s = SearchScratch::default();
     let limits = SearchLimits {
         k: 5,
+        keep: 0,
         beam: usize::MAX,
         deadline: None,
     };
@@ -380,11 +381,13 @@ fn arrays_level(
     let s_n = names.len();
     let flat_limits = SearchLimits {
         k: 5,
+        keep: 0,
         beam: usize::MAX,
         deadline: None,
     };
     let tree_limits = SearchLimits {
         k: 5,
+        keep: 0,
         beam: tree.meta().beam,
         deadline: None,
     };

@@ -185,6 +185,7 @@ fn main() -> anyhow::Result<()> {
     let row_nodes = (0..n_nodes).filter(|&i| arrays.chunks.has_rows(i)).count();
     let limits = SearchLimits {
         k: 5,
+        keep: 0,
         beam: model.meta().beam,
         deadline: None,
     };

@@ -28,7 +28,7 @@ use crate::rerank::{LabelRows, LabelRowsError, OvaScorers};
 use crate::router::{BpArrays, BpQuery, BpScratch, BpViewError};
 use crate::text::TextView;
 use crate::tree::chunk::Widths;
-use crate::tree::view::{Candidate, SearchLimits, SearchScratch, TreeArrays, TreeViewError};
+use crate::tree::view::{Candidate, SearchScratch, TreeArrays, TreeViewError};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -549,12 +549,7 @@ impl Model {
         }
         let beam = options.beam.unwrap_or(self.meta.beam);
         let loss = self.meta.loss;
-        let search_k = self.search_k(&stage, options);
-        let limits = SearchLimits {
-            k: search_k,
-            beam,
-            deadline,
-        };
+        let (limits, tree_limits) = self.search_limits(&stage, options, beam, deadline);
         let mut nodes = 0;
         let mut outputs = 0;
         let (mut early, mut capped, mut late) = (true, false, false);
@@ -619,9 +614,9 @@ impl Model {
                 let (dense, search) = (&scratch.dense, &mut scratch.search);
                 match self.flat_blocks(t) {
                     Some(blocks) if !self.flat_scan && !self.flat_unpruned => {
-                        tree.flat_prune(blocks, order, qi, qv, dense, loss, &limits, search)
+                        tree.flat_prune(blocks, order, qi, qv, dense, loss, &tree_limits, search)
                     }
-                    _ => tree.flat_search(order, qi, qv, dense, loss, &limits, search),
+                    _ => tree.flat_search(order, qi, qv, dense, loss, &tree_limits, search),
                 }
             } else {
                 tree.beam_search(qi, qv, &scratch.dense, loss, beam, &mut scratch.search)

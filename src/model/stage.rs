@@ -4,6 +4,8 @@
 
 use super::{Model, PredictOptions, QueryError, Scratch, scatter, unscatter};
 use crate::linear::score_to_log_prob;
+use crate::tree::view::SearchLimits;
+use std::time::Instant;
 
 /// Which rerankers a prediction applies, with their settings.
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +107,35 @@ impl Model {
             Some(c) => options.k.max(options.candidates.unwrap_or(c)),
             None => options.k,
         }
+    }
+
+    /// The search's limits for `stage`: BP's blocks (and, without REFRAG alone, the trees) find
+    /// the exact top [`Model::search_k`]; with REFRAG the only reranker, the trees find the exact
+    /// top k and take the candidates past them from the leaves that search scored anyway
+    /// ([`SearchLimits::keep`]). Returns (BP's limits, the trees' limits).
+    pub(super) fn search_limits(
+        &self,
+        stage: &RerankStage,
+        options: &PredictOptions,
+        beam: usize,
+        deadline: Option<Instant>,
+    ) -> (SearchLimits, SearchLimits) {
+        let search_k = self.search_k(stage, options);
+        let exact = SearchLimits {
+            k: search_k,
+            keep: 0,
+            beam,
+            deadline,
+        };
+        let trees = match (stage.refrag, stage.ova) {
+            (Some(_), None) => SearchLimits {
+                k: options.k,
+                keep: search_k,
+                ..exact
+            },
+            _ => exact,
+        };
+        (exact, trees)
     }
 
     /// The candidate-then-rerank stage: every reranker `stage` turns on rescores the merged

@@ -194,6 +194,7 @@ where
         let b = query.blocks.clamp(1, self.q());
         let route_limits = SearchLimits {
             k: b,
+            keep: 0,
             beam: usize::MAX,
             deadline: None,
         };

@@ -463,6 +463,7 @@ fn cross_validate(
         let tree = model.arrays.borrowed();
         let limits = SearchLimits {
             k: 1,
+            keep: 0,
             beam: cfg.beam,
             deadline: None,
         };
@@ -616,6 +617,7 @@ fn score_fold(
     let bp = BpArrays { router, blocks };
     let limits = SearchLimits {
         k: 1,
+        keep: 0,
         beam: cfg.beam,
         deadline: None,
     };

@@ -173,7 +173,7 @@ where
         if order.len() != n || n == 0 || !self.is_flat() || self.chunks.has_rows(0) {
             return self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
         }
-        let k = limits.k.max(1);
+        let k = limits.k.max(limits.keep).max(1);
         let mut stats = SearchStats::default();
         scratch.candidates.clear();
         scratch.best.clear();
@@ -259,7 +259,14 @@ where
                 ..SearchStats::default()
             };
         }
-        self.select_candidates(q_idx, q_val, dense, loss, limits.k.max(1), scratch)
+        self.select_candidates(
+            q_idx,
+            q_val,
+            dense,
+            loss,
+            limits.k.max(limits.keep).max(1),
+            scratch,
+        )
     }
 
     /// The scan with its selection pass, its labels moved to the scratch's candidates, and
@@ -527,7 +534,7 @@ mod tests {
             let order = bias_order(&tree.out_ids, &tree.out_bias, loss);
             prop_assert!(tree.check_flat_order(&order, loss, true).is_ok());
             let (qi, qv, dense) = random_query(query_seed);
-            let limits = SearchLimits { k, beam: usize::MAX, deadline: None };
+            let limits = SearchLimits { k, keep: 0, beam: usize::MAX, deadline: None };
             let mut s = SearchScratch::default();
             let scan = tree.early_stop_search(&qi, &qv, &dense, loss, &limits, &mut s);
             let want = ranked(&s.candidates);
@@ -580,6 +587,7 @@ mod tests {
             for k in [1, 5, 40] {
                 let limits = SearchLimits {
                     k,
+                    keep: 0,
                     beam: usize::MAX,
                     deadline: None,
                 };
@@ -627,6 +635,7 @@ mod tests {
         dense[7] = 0.5;
         let limits = SearchLimits {
             k: 5,
+            keep: 0,
             beam: usize::MAX,
             deadline: None,
         };
@@ -652,6 +661,7 @@ mod tests {
         let (qi, qv, dense) = random_query(2);
         let limits = SearchLimits {
             k: 3,
+            keep: 0,
             beam: usize::MAX,
             deadline: Some(Instant::now()),
         };
@@ -689,6 +699,7 @@ mod tests {
             let (qi, qv, dense) = random_query(9);
             let limits = SearchLimits {
                 k: 4,
+                keep: 0,
                 beam: usize::MAX,
                 deadline: None,
             };

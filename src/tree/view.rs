@@ -101,6 +101,9 @@ pub struct SearchScratch {
     next: Vec<(u32, f32)>,
     frontier: BinaryHeap<Frontier>,
     pub(super) best: BinaryHeap<Ranked>,
+    /// The tree search's wider selection ([`SearchLimits::keep`]): a pool cut back to its best
+    /// `keep` whenever it doubles ([`Wide`]).
+    wide: Vec<Ranked>,
     per_depth: Vec<u32>,
     /// The flat scorer's sums over the outputs a query reaches ([`super::flat`]).
     pub(super) reached: SparseAcc,
@@ -200,6 +203,42 @@ impl Ranked {
     }
 }
 
+/// The best `keep` of the labels offered, kept in a pool that is cut back to them whenever it
+/// reaches twice that: a label below the worst kept at the last cut is not pushed, so an offer
+/// is one comparison (amortised), and nothing that could rank among the best `keep` is dropped.
+struct Wide {
+    keep: usize,
+    /// The worst log-probability kept at the last cut (−∞ before one).
+    floor: f32,
+}
+
+impl Wide {
+    #[inline]
+    fn offer(&mut self, pool: &mut Vec<Ranked>, cand: Ranked) {
+        // Strictly below the floor (a NaN is never below it) means at least `keep` kept labels
+        // rank ahead of it.
+        if cand.logp < self.floor {
+            return;
+        }
+        pool.push(cand);
+        if pool.len() >= 2 * self.keep {
+            self.cut(pool);
+        }
+    }
+
+    /// Cuts `pool` to its best `keep` (in no particular order) and raises the floor to the worst
+    /// of them.
+    fn cut(&mut self, pool: &mut Vec<Ranked>) {
+        if pool.len() > self.keep && self.keep > 0 {
+            pool.select_nth_unstable(self.keep - 1);
+            pool.truncate(self.keep);
+            if let Some(worst) = pool.last() {
+                self.floor = worst.logp;
+            }
+        }
+    }
+}
+
 impl PartialEq for Ranked {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
@@ -247,6 +286,11 @@ pub struct SearchStats {
 pub struct SearchLimits {
     /// How many labels to find (at least 1).
     pub k: usize,
+    /// How many labels the tree search returns, when more than `k` (0: `k`): the best `k`
+    /// exactly, and after them the best of the other labels in the leaves that search scored,
+    /// at no extra node. A reranker's candidates. The flat scorers, which score no leaf beyond
+    /// the postings, return their exact best `keep`.
+    pub keep: usize,
     /// The most nodes expanded per depth (`usize::MAX`: unbounded).
     pub beam: usize,
     /// Return what was found once this instant has passed.
@@ -418,7 +462,8 @@ where
 
     /// The depth-aware early-stopping search (see the module docs for why it is exact): fills
     /// `scratch.candidates` with the `limits.k` best labels found, as
-    /// `(label, log-probability, depth)` in no particular order.
+    /// `(label, log-probability, depth)` in no particular order, and with the best others of the
+    /// leaves it scored up to `limits.keep`.
     pub fn early_stop_search(
         &self,
         q_idx: &[u32],
@@ -429,11 +474,17 @@ where
         scratch: &mut SearchScratch,
     ) -> SearchStats {
         let k = limits.k.max(1);
+        let keep = limits.keep.max(k);
         let beam = limits.beam.max(1);
         let mut stats = SearchStats::default();
         scratch.candidates.clear();
         scratch.frontier.clear();
         scratch.best.clear();
+        scratch.wide.clear();
+        let mut wide = Wide {
+            keep,
+            floor: f32::NEG_INFINITY,
+        };
         scratch.per_depth.iter_mut().for_each(|c| *c = 0);
         scratch.frontier.push(Frontier { logp: 0.0, node: 0 });
         while let Some(&top) = scratch.frontier.peek() {
@@ -465,13 +516,21 @@ where
             let outs = self.outputs(node);
             stats.outputs_evaluated += outs.len() as u32;
             if self.is_leaf(node) {
-                for (&label, &s) in outs.iter().zip(&scratch.acc) {
-                    let cand = Ranked {
-                        logp: top.logp + score_to_log_prob(loss, s),
-                        label,
-                        depth: depth + 1,
-                    };
-                    cand.offer(&mut scratch.best, k);
+                let ranked = outs.iter().zip(&scratch.acc).map(|(&label, &s)| Ranked {
+                    logp: top.logp + score_to_log_prob(loss, s),
+                    label,
+                    depth: depth + 1,
+                });
+                // Two loops rather than a test per label: the search without `keep` pays nothing.
+                if keep > k {
+                    for cand in ranked {
+                        wide.offer(&mut scratch.wide, cand);
+                        cand.offer(&mut scratch.best, k);
+                    }
+                } else {
+                    for cand in ranked {
+                        cand.offer(&mut scratch.best, k);
+                    }
                 }
             } else {
                 let kth = if scratch.best.len() == k {
@@ -489,13 +548,19 @@ where
                 }
             }
         }
-        scratch
-            .candidates
-            .extend(scratch.best.iter().map(|r| Candidate {
-                label: r.label,
-                score: r.logp,
-                depth: r.depth,
-            }));
+        // The wider selection holds the best `keep` of every label offered, so the best `k`
+        // among them too.
+        let found: &[Ranked] = if keep > k {
+            wide.cut(&mut scratch.wide);
+            &scratch.wide
+        } else {
+            scratch.best.as_slice()
+        };
+        scratch.candidates.extend(found.iter().map(|r| Candidate {
+            label: r.label,
+            score: r.logp,
+            depth: r.depth,
+        }));
         stats
     }
 

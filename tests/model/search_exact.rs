@@ -3,7 +3,8 @@
 //! Random trees (any shape, leaves at any depth), random sparse classifiers (with weights large
 //! enough that many branch probabilities are exactly 1, so that scores tie), random queries: with
 //! an unbounded beam, the early-stopped top k equals the top k of every label's path score,
-//! labels, scores (to the bit) and depths alike.
+//! labels, scores (to the bit) and depths alike; asked to keep more than k, it returns the same
+//! top k first and, after it, other labels at their exact scores, from the same nodes.
 
 use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
@@ -132,7 +133,7 @@ proptest! {
         prop_assert!(!all.beam_capped);
         let expected = ranked(scratch.candidates.clone(), k);
 
-        let limits = SearchLimits { k, beam: usize::MAX, deadline: None };
+        let limits = SearchLimits { k, keep: 0, beam: usize::MAX, deadline: None };
         let stats = tree.early_stop_search(&idx, &val, &dense, loss, &limits, &mut scratch);
         prop_assert_eq!(ranked(scratch.candidates.clone(), k), expected);
         prop_assert_eq!(scratch.candidates.len(), k.min(n_labels));
@@ -140,6 +141,40 @@ proptest! {
         prop_assert!(!stats.beam_capped && !stats.deadline_hit);
         if !stats.early_stopped {
             prop_assert_eq!(stats.nodes_evaluated, all.nodes_evaluated);
+        }
+    }
+
+    #[test]
+    fn a_wider_keep_adds_scored_labels_at_no_extra_node(
+        n_labels in 1usize..120,
+        max_leaf in 1usize..12,
+        k in 1usize..6,
+        extra in 1usize..20,
+        logistic in any::<bool>(),
+        tree_seed in any::<u64>(),
+        query_seed in any::<u64>(),
+    ) {
+        let tree = random_tree(n_labels, max_leaf, tree_seed);
+        let loss = if logistic { Loss::Logistic } else { Loss::SquaredHinge };
+        let (idx, val, dense) = random_query(query_seed);
+        let mut scratch = SearchScratch::default();
+        tree.beam_search(&idx, &val, &dense, loss, usize::MAX, &mut scratch);
+        let every = ranked(scratch.candidates.clone(), n_labels);
+        let exact = ranked(scratch.candidates.clone(), k);
+
+        let limits = SearchLimits { k, keep: 0, beam: usize::MAX, deadline: None };
+        let narrow = tree.early_stop_search(&idx, &val, &dense, loss, &limits, &mut scratch);
+        let keep = k + extra;
+        let limits = SearchLimits { k, keep, beam: usize::MAX, deadline: None };
+        let wide = tree.early_stop_search(&idx, &val, &dense, loss, &limits, &mut scratch);
+        let found = ranked(scratch.candidates.clone(), keep);
+        // The same nodes, the exact top k first, then labels with their exact path scores.
+        prop_assert_eq!(wide, narrow);
+        prop_assert_eq!(&found[..k.min(found.len())], &exact[..]);
+        prop_assert!(found.len() >= k.min(n_labels) && found.len() <= keep);
+        prop_assert_eq!(found.len(), scratch.candidates.len());
+        for c in &found {
+            prop_assert!(every.contains(c));
         }
     }
 
@@ -153,12 +188,12 @@ proptest! {
         let tree = random_tree(n_labels, 6, tree_seed);
         let (idx, val, dense) = random_query(query_seed);
         let mut scratch = SearchScratch::default();
-        let limits = SearchLimits { k: 3, beam, deadline: None };
+        let limits = SearchLimits { k: 3, keep: 0, beam, deadline: None };
         let stats =
             tree.early_stop_search(&idx, &val, &dense, Loss::SquaredHinge, &limits, &mut scratch);
         let depths = (0..tree.n_nodes()).map(|i| tree.depth(i)).max().unwrap_or(0) as usize + 1;
         prop_assert!(stats.nodes_evaluated as usize <= beam * depths);
-        let limits = SearchLimits { k: 3, beam: usize::MAX, deadline: None };
+        let limits = SearchLimits { k: 3, keep: 0, beam: usize::MAX, deadline: None };
         let free =
             tree.early_stop_search(&idx, &val, &dense, Loss::SquaredHinge, &limits, &mut scratch);
         if !stats.beam_capped {
@@ -174,6 +209,7 @@ fn a_past_deadline_returns_at_once_and_is_flagged() {
     let mut scratch = SearchScratch::default();
     let limits = SearchLimits {
         k: 5,
+        keep: 0,
         beam: usize::MAX,
         deadline: Some(std::time::Instant::now()),
     };

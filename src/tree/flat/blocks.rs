@@ -331,7 +331,7 @@ where
         if self.chunks.has_rows(0) {
             return self.flat_search(order, q_idx, q_val, dense, loss, limits, scratch);
         }
-        let k = limits.k.max(1);
+        let k = limits.k.max(limits.keep).max(1);
         let mut stats = SearchStats::default();
         scratch.candidates.clear();
         scratch.best.clear();
@@ -509,6 +509,7 @@ mod tests {
         let blocks = tree.flat_blocks(5, 2).unwrap();
         let limits = SearchLimits {
             k: 5,
+            keep: 0,
             beam: usize::MAX,
             deadline: None,
         };
@@ -559,6 +560,7 @@ mod tests {
         let (qi, qv, dense) = random_query(5);
         let limits = SearchLimits {
             k: 4,
+            keep: 0,
             beam: usize::MAX,
             deadline: None,
         };
