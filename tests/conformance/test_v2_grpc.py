@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import BODY_LIMIT, DOC, TEXT_DOCS, feature_arrays
@@ -120,6 +121,27 @@ def test_classification(client):
     assert int(index) == plain.as_numpy("labels")[0][0]
     assert np.float32(score) == plain.as_numpy("scores")[0][0]
     assert name == plain.as_numpy("names")[0][0].decode()
+
+
+def test_model_config_matches_rest_and_marks_inputs_optional(client, xmc):
+    # perf_analyzer reads this; every input is optional, since a request gives the text or the
+    # feature triple.
+    config = client.get_model_config("tags", as_json=True)["config"]
+    assert config["name"] == "tags"
+    assert config.get("max_batch_size", 0) == 0
+    assert [(i["name"], i["data_type"], i["optional"]) for i in config["input"]] == [
+        ("text", "TYPE_STRING", True), ("feature_ids", "TYPE_INT64", True),
+        ("feature_values", "TYPE_FP32", True), ("row_offsets", "TYPE_INT64", True)]
+    assert [(o["name"], o["data_type"], o["dims"]) for o in config["output"]] == [
+        ("labels", "TYPE_INT64", ["-1", "-1"]), ("scores", "TYPE_FP32", ["-1", "-1"]),
+        ("names", "TYPE_STRING", ["-1", "-1"])]
+    rest = httpclient.InferenceServerClient(url=f"127.0.0.1:{xmc.http_port}").get_model_config(
+        "tags")
+    assert [i["name"] for i in rest["input"]] == [i["name"] for i in config["input"]]
+    assert all(i["optional"] for i in rest["input"])
+    assert config["parameters"]["bundle_version"]["string_value"] == \
+        rest["parameters"]["bundle_version"]["string_value"]
+    expect_status(lambda: client.get_model_config("nope"), "NOT_FOUND")
 
 
 def expect_status(fn, code, says=None):

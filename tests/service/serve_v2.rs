@@ -421,6 +421,11 @@ async fn every_bad_v2_request_is_a_4xx_with_an_error_string() {
         ),
         (
             "/v2/models/tags/infer",
+            json!({"inputs": text("x"), "parameters": {"triton_enable_empty_final_response": 1}}),
+            400,
+        ),
+        (
+            "/v2/models/tags/infer",
             json!({"inputs": text("x"), "outputs": [{"name": "labels", "parameters": {"classification": 1000}}]}),
             400,
         ),
@@ -430,6 +435,14 @@ async fn every_bad_v2_request_is_a_4xx_with_an_error_string() {
         assert_eq!(s.as_u16(), want, "{uri} {body}: {v}");
         assert!(v["error"].is_string(), "{v}");
     }
+    // Triton's decoupled-model flag (perf_analyzer sends it over gRPC) changes nothing here.
+    let plain = json!({"inputs": text("rust compiler"), "parameters": {"k": 3}});
+    let flagged = json!({"inputs": text("rust compiler"),
+        "parameters": {"k": 3, "triton_enable_empty_final_response": false}});
+    let (s1, a) = json_call(&state, "POST", "/v2/models/tags/infer", Some(plain)).await;
+    let (s2, b) = json_call(&state, "POST", "/v2/models/tags/infer", Some(flagged)).await;
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{a} {b}");
+    assert_eq!(a["outputs"], b["outputs"]);
     // Not JSON, and a body over the limit.
     let (s, bytes, _) = send(&state, "POST", "/v2/models/tags/infer", &[], b"{".to_vec()).await;
     assert_eq!(
@@ -693,7 +706,14 @@ async fn model_config_lists_the_metadata_tensors_in_configuration_terms() {
     assert_eq!(names(&v["output"], "name"), names(&meta["outputs"], "name"));
     assert_eq!(
         v["input"][0],
-        json!({"name": "text", "data_type": "TYPE_STRING", "dims": [-1]})
+        json!({"name": "text", "data_type": "TYPE_STRING", "dims": [-1], "optional": true})
+    );
+    assert!(
+        v["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["optional"] == true)
     );
     assert_eq!(v["output"][0]["data_type"], "TYPE_INT64");
     let (s, _) = json_call(&state, "GET", "/v2/models/small/versions/1/config", None).await;

@@ -217,6 +217,53 @@ impl GrpcInferenceService for Service {
         .await
     }
 
+    /// The same configuration as REST's `GET .../config`, as Triton's `ModelConfig` message.
+    async fn model_config(
+        &self,
+        req: Request<ModelConfigRequest>,
+    ) -> Result<Response<ModelConfigResponse>, Status> {
+        self.call("ModelConfig", req, |state, r| async move {
+            let loaded = v2::lookup(&state, &r.name, version(&r.version)).map_err(status)?;
+            let model = &loaded.model;
+            let data_type = |d: Datatype| {
+                proto::DataType::from_str_name(&v2::config_data_type(d))
+                    .unwrap_or(proto::DataType::TypeInvalid) as i32
+            };
+            let input = v2::tensor::model_inputs(model.text().is_some())
+                .iter()
+                .map(|t| proto::ModelInput {
+                    name: t.name.into(),
+                    data_type: data_type(t.datatype),
+                    dims: t.shape.to_vec(),
+                    optional: true,
+                })
+                .collect();
+            let output = v2::tensor::model_outputs(model.label_names().is_some())
+                .iter()
+                .map(|t| proto::ModelOutput {
+                    name: t.name.into(),
+                    data_type: data_type(t.datatype),
+                    dims: t.shape.to_vec(),
+                })
+                .collect();
+            let version = proto::ModelParameter {
+                string_value: model.meta().version.clone(),
+            };
+            Ok(ModelConfigResponse {
+                config: Some(proto::ModelConfig {
+                    name: r.name,
+                    platform: "xmc".into(),
+                    backend: "xmc".into(),
+                    max_batch_size: 0,
+                    input,
+                    output,
+                    parameters: HashMap::from([("bundle_version".to_string(), version)]),
+                }),
+            })
+        })
+        .await
+    }
+
     async fn model_infer(
         &self,
         req: Request<ModelInferRequest>,

@@ -181,37 +181,46 @@ pub(crate) fn versions(state: &AppState, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// A datatype's name in Triton's model configuration: `TYPE_` and the protocol's name, with
+/// `BYTES` as `TYPE_STRING`.
+pub fn config_data_type(d: Datatype) -> String {
+    match d {
+        Datatype::Bytes => "TYPE_STRING".to_string(),
+        other => format!("TYPE_{}", other.name()),
+    }
+}
+
 /// `GET /v2/models/{name}[/versions/{v}]/config` (Triton's model configuration extension):
 /// the model's inputs and outputs in the model configuration's terms, which `perf_analyzer`
 /// reads. xmc batches along each input's own first dimension, so `max_batch_size` is 0 and the
-/// dims are the metadata's shapes.
+/// dims are the metadata's shapes. Every input is optional: a request gives the text or the
+/// feature triple.
 pub async fn model_config(
     State(state): State<Arc<AppState>>,
     Path(p): Path<ModelPath>,
 ) -> Result<axum::Json<Value>, V2Error> {
     let loaded = lookup(&state, &p.name, p.version.as_deref())?;
     let model = &loaded.model;
-    let entries = |specs: Vec<tensor::TensorSpec>| -> Vec<Value> {
-        specs
-            .iter()
-            .map(|t| {
-                let data_type = match t.datatype {
-                    Datatype::Bytes => "TYPE_STRING".to_string(),
-                    other => format!("TYPE_{}", other.name()),
-                };
-                json!({"name": t.name, "data_type": data_type, "dims": t.shape})
-            })
-            .collect()
-    };
-    let inputs = tensor::model_inputs(model.text().is_some());
-    let outputs = tensor::model_outputs(model.label_names().is_some());
+    let inputs = tensor::model_inputs(model.text().is_some())
+        .iter()
+        .map(|t| {
+            json!({"name": t.name, "data_type": config_data_type(t.datatype),
+                   "dims": t.shape, "optional": true})
+        })
+        .collect::<Vec<_>>();
+    let outputs = tensor::model_outputs(model.label_names().is_some())
+        .iter()
+        .map(
+            |t| json!({"name": t.name, "data_type": config_data_type(t.datatype), "dims": t.shape}),
+        )
+        .collect::<Vec<_>>();
     Ok(axum::Json(json!({
         "name": p.name,
         "platform": "xmc",
         "backend": "xmc",
         "max_batch_size": 0,
-        "input": entries(inputs),
-        "output": entries(outputs),
+        "input": inputs,
+        "output": outputs,
         "parameters": {
             "bundle_version": {"string_value": loaded.model.meta().version},
         },
@@ -683,6 +692,9 @@ pub async fn infer(
     ))
 }
 
+/// Triton's request parameter for decoupled models; accepted and, without streams, moot.
+const EMPTY_FINAL_RESPONSE: &str = "triton_enable_empty_final_response";
+
 /// One inference on `loaded`, whatever the wire: `options` are the request's parameters less
 /// the wire's own (every `/v1` prediction option), `asks` the outputs, `inputs` the tensors.
 /// Short batches run inline, larger ones on the prediction pool, each row through the same
@@ -694,6 +706,16 @@ pub(crate) async fn run_infer(
     asks: &[OutputRequest],
     inputs: Vec<InputTensor>,
 ) -> Result<Vec<OutputTensor>, V2Error> {
+    let mut options = options;
+    // Triton's flag for decoupled (streaming) models, which perf_analyzer sends on every gRPC
+    // request: one request gets one response here, so either value means the same.
+    if let Some(v) = options.remove(EMPTY_FINAL_RESPONSE) {
+        if !v.is_boolean() {
+            return Err(V2Error::bad(format!(
+                "{EMPTY_FINAL_RESPONSE} must be true or false"
+            )));
+        }
+    }
     let opts_req: PredictRequest = serde_json::from_value(Value::Object(options))
         .map_err(|e| V2Error::bad(format!("parameters: {e}")))?;
     if routes::has_query(&opts_req) {
