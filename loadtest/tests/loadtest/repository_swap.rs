@@ -1,7 +1,7 @@
 //! The hot-swap scenario in a model repository, against a real `xmc serve` (run in this
 //! process on a repository of the small golden models): the swaps write new versions of one
-//! model while the load goes to another. Its own test binary, since a server installs the
-//! process's metrics recorder.
+//! model while the load goes to another. The only test of this binary that starts a server, since
+//! a server installs the process's metrics recorder.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
