@@ -19,7 +19,7 @@
 use super::{TrainError, TrainInputs, bp};
 use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
-use crate::data::{Dataset, LabelId, row_slices};
+use crate::data::{Dataset, LabelId};
 use crate::linear::LinearColumn;
 use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
 
+mod cost;
 mod merge;
 pub use merge::merge;
 
@@ -226,60 +227,6 @@ fn check_config(cfg: &TrainConfig) -> Result<(), ShardError> {
     Ok(())
 }
 
-/// Appends the units of `layout` (model `m`, of kind `kind`, trained on `ds`) and their
-/// estimated costs.
-fn cost_units(
-    m: usize,
-    layout: &TreeLayout,
-    ds: &Dataset,
-    kind: ModelKind,
-    units: &mut Vec<Unit>,
-    costs: &mut Vec<u64>,
-) {
-    let row_nnz: Vec<u64> = (0..ds.n_points())
-        .map(|i| row_slices(&ds.features, i).0.len() as u64)
-        .collect();
-    let mut label_nnz = vec![0u64; ds.n_labels()];
-    for (p, &nnz) in row_nnz.iter().enumerate() {
-        for &l in ds.label_row(p) {
-            label_nnz[l as usize] += nnz;
-        }
-    }
-    let node_nnz: Vec<u64> = layout
-        .points_per_node(ds)
-        .iter()
-        .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
-        .collect();
-    for node in 0..layout.n_nodes() {
-        let unit = |first: usize, count: usize| Unit {
-            tree: m as u32,
-            node: node as u32,
-            first: first as u32,
-            count: count as u32,
-        };
-        let labels = layout.labels_of(node);
-        if layout.is_leaf(node) && kind == ModelKind::Tree {
-            // A leaf's labels share one problem over its points: one unit.
-            units.push(unit(0, labels.len()));
-            costs
-                .push(node_nnz[node] + labels.iter().map(|l| label_nnz[l.0 as usize]).sum::<u64>());
-        } else if layout.is_leaf(node) {
-            let base = node_nnz[node] / labels.len().max(1) as u64;
-            for (k, l) in labels.iter().enumerate() {
-                units.push(unit(k, 1));
-                costs.push(base + label_nnz[l.0 as usize]);
-            }
-        } else {
-            let children = layout.children(node);
-            let base = node_nnz[node] / children.len().max(1) as u64;
-            for (k, c) in children.enumerate() {
-                units.push(unit(k, 1));
-                costs.push(base + node_nnz[c]);
-            }
-        }
-    }
-}
-
 /// BP's partition as a plan holds it: the block of each point, and each block's labels.
 #[derive(Clone, Debug)]
 pub struct BpBlocks {
@@ -349,7 +296,7 @@ impl Plan {
                         .map_err(|e| TrainError::Bp(format!("block {}: {e}", m - 1)))?
                 };
                 let kind = model_kind(cfg, Some(&blocks), m);
-                cost_units(m, &layout, d, kind, &mut units, &mut costs);
+                cost::cost_units(m, &layout, d, kind, &mut units, &mut costs);
                 layouts.push(layout);
             }
             seconds.insert("blocks".to_string(), start.elapsed().as_secs_f64());
@@ -361,7 +308,7 @@ impl Plan {
             seconds.insert("partition".to_string(), start.elapsed().as_secs_f64());
             let start = Instant::now();
             for (m, layout) in layouts.iter().enumerate() {
-                cost_units(m, layout, ds, cfg.model, &mut units, &mut costs);
+                cost::cost_units(m, layout, ds, cfg.model, &mut units, &mut costs);
             }
             seconds.insert("costs".to_string(), start.elapsed().as_secs_f64());
             (layouts, None, None)
@@ -577,7 +524,7 @@ impl Plan {
     /// The units of shard `index` of `of`: the longest-first greedy assignment of the costs to
     /// the least loaded shard (ties to the lower unit and the lower shard), in unit order.
     pub fn shard_units(&self, index: usize, of: usize) -> Vec<usize> {
-        let owner = assign(&self.costs, of);
+        let owner = cost::assign(&self.costs, of);
         (0..self.units.len())
             .filter(|&u| owner[u] == index)
             .collect()
@@ -586,7 +533,7 @@ impl Plan {
     /// Each shard's summed estimated cost.
     pub fn shard_costs(&self, of: usize) -> Vec<u64> {
         let mut loads = vec![0u64; of];
-        for (u, s) in assign(&self.costs, of).into_iter().enumerate() {
+        for (u, s) in cost::assign(&self.costs, of).into_iter().enumerate() {
             loads[s] += self.costs[u];
         }
         loads
@@ -671,22 +618,6 @@ fn n_outputs(layout: &TreeLayout, node: usize) -> u32 {
     } else {
         layout.children(node).len() as u32
     }
-}
-
-/// The shard of each unit: longest first to the least loaded shard.
-fn assign(costs: &[u64], of: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..costs.len()).collect();
-    order.sort_by(|&a, &b| costs[b].cmp(&costs[a]).then(a.cmp(&b)));
-    let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> =
-        (0..of.max(1)).map(|s| std::cmp::Reverse((0, s))).collect();
-    let mut owner = vec![0usize; costs.len()];
-    for u in order {
-        if let Some(std::cmp::Reverse((load, s))) = heap.pop() {
-            owner[u] = s;
-            heap.push(std::cmp::Reverse((load + costs[u], s)));
-        }
-    }
-    owner
 }
 
 /// The trainer's error for model `t`'s classifiers: a tree of the ensemble, BP's router or
