@@ -98,3 +98,64 @@ pub(super) fn assign(costs: &[u64], of: usize) -> Vec<usize> {
     }
     owner
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::LabelId;
+    use sprs::TriMatI;
+
+    /// Costs worked out by hand on a small tree: root with children 1 (leaf: labels 2, 0) and 2,
+    /// whose children 3 and 4 are leaves holding label 1 and labels 3, 4.
+    #[test]
+    fn costs_count_each_classifiers_features_and_points() {
+        let layout = TreeLayout::from_parts(
+            vec![1, 0, 3, 0, 0],
+            vec![2, 0, 2, 0, 0],
+            vec![0, 1, 1, 2, 2],
+            vec![0, 0, 2, 2, 3, 5],
+            [2, 0, 1, 3, 4].map(LabelId).to_vec(),
+            5,
+        )
+        .expect("hand-built tree is valid");
+        // Point features: {0}, {0, 1}, {1, 2}, {2}; point labels: {0, 2}, none, {1, 4}, {3}.
+        let mut x = TriMatI::<f32, u32>::new((4, 3));
+        for (p, f) in [(0, 0), (1, 0), (1, 1), (2, 1), (2, 2), (3, 2)] {
+            x.add_triplet(p, f, 1.0);
+        }
+        let mut y = TriMatI::<f32, u32>::new((4, 5));
+        for (p, l) in [(0, 0), (0, 2), (2, 1), (2, 4), (3, 3)] {
+            y.add_triplet(p, l, 1.0);
+        }
+        let ds = Dataset {
+            features: x.to_csr(),
+            labels: y.to_csr(),
+        };
+        let (mut units, mut costs) = (Vec::new(), Vec::new());
+        cost_units(0, &layout, &ds, ModelKind::Tree, &mut units, &mut costs);
+        // Points per node: [0, 1, 2, 3], [0], [2, 3], [2], [2, 3]; their non-zeros 6, 1, 3, 2, 3;
+        // distinct features plus points: 3 + 4, 1 + 1, 2 + 2, 2 + 1, 2 + 2.
+        // Root's outputs: 6 / 2 + 7, plus each child's non-zeros (1, 3).
+        // Leaf 1: its non-zeros 1, its labels' positives 1 + 1, and 2 classifiers of 2.
+        // Node 2's outputs: 3 / 2 + 4, plus 2 and 3.
+        // Leaf 3: 2 + 2 + 1 × 3. Leaf 4: 3 + (1 + 2) + 2 × 4.
+        assert_eq!(costs, vec![11, 13, 7, 7, 8, 7, 14]);
+        let shape: Vec<(u32, u32, u32)> =
+            units.iter().map(|u| (u.node, u.first, u.count)).collect();
+        assert_eq!(
+            shape,
+            vec![
+                (0, 0, 1),
+                (0, 1, 1),
+                (1, 0, 2),
+                (2, 0, 1),
+                (2, 1, 1),
+                (3, 0, 1),
+                (4, 0, 2)
+            ]
+        );
+        // Longest first to the least loaded shard, ties to the lower unit: 14 → 0, 13 → 1,
+        // 11 → 1 (24), 8 → 0 (22), 7 → 0 (29), 7 → 1 (31), 7 → 0 (36).
+        assert_eq!(assign(&costs, 2), vec![1, 1, 0, 1, 0, 0, 0]);
+    }
+}
