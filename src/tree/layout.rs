@@ -387,27 +387,28 @@ fn check_labels(
     Ok(())
 }
 
+/// A hand-built tree for unit tests: root with children 1 (leaf: labels 2, 0) and 2 (internal),
+/// whose children 3 and 4 are leaves holding label 1 and labels 3, 4.
+#[cfg(test)]
+pub(crate) fn small_tree() -> TreeLayout {
+    TreeLayout::from_parts(
+        vec![1, 0, 3, 0, 0],
+        vec![2, 0, 2, 0, 0],
+        vec![0, 1, 1, 2, 2],
+        vec![0, 0, 2, 2, 3, 5],
+        [2, 0, 1, 3, 4].map(LabelId).to_vec(),
+        5,
+    )
+    .expect("hand-built tree is valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Root with children 1 (leaf: labels 2, 0) and 2 (internal), whose children 3 and 4 are leaves
-    /// holding label 1 and labels 3, 4.
-    fn small() -> TreeLayout {
-        TreeLayout::from_parts(
-            vec![1, 0, 3, 0, 0],
-            vec![2, 0, 2, 0, 0],
-            vec![0, 1, 1, 2, 2],
-            vec![0, 0, 2, 2, 3, 5],
-            [2, 0, 1, 3, 4].map(LabelId).to_vec(),
-            5,
-        )
-        .expect("hand-built tree is valid")
-    }
-
     #[test]
     fn helpers_on_uneven_tree() {
-        let t = small();
+        let t = small_tree();
         assert_eq!(t.parent(0), None);
         assert_eq!(t.parent(4), Some(2));
         assert_eq!(t.children(2), 3..5);
@@ -440,7 +441,7 @@ mod tests {
     #[test]
     fn points_per_node_by_hand() {
         use sprs::TriMatI;
-        let t = small();
+        let t = small_tree();
         // Point 0: labels {0, 2} (leaf 1). Point 1: none. Point 2: labels {1, 4} (leaves 3, 4).
         // Point 3: label 3 (leaf 4).
         let mut y = TriMatI::<f32, u32>::new((4, 5));
@@ -463,7 +464,7 @@ mod tests {
 
     #[test]
     fn rejects_malformed_parts() {
-        let ok = small();
+        let ok = small_tree();
         let cases: [(&str, Mutation); 12] = [
             ("child past end", |a, _| a[1][2] = 9),
             ("huge child count", |a, _| a[1][0] = u32::MAX),

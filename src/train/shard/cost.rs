@@ -102,22 +102,13 @@ pub(super) fn assign(costs: &[u64], of: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::LabelId;
     use sprs::TriMatI;
 
-    /// Costs worked out by hand on a small tree: root with children 1 (leaf: labels 2, 0) and 2,
+    /// Costs worked out by hand on `small_tree`: root with children 1 (leaf: labels 2, 0) and 2,
     /// whose children 3 and 4 are leaves holding label 1 and labels 3, 4.
     #[test]
     fn costs_count_each_classifiers_features_and_points() {
-        let layout = TreeLayout::from_parts(
-            vec![1, 0, 3, 0, 0],
-            vec![2, 0, 2, 0, 0],
-            vec![0, 1, 1, 2, 2],
-            vec![0, 0, 2, 2, 3, 5],
-            [2, 0, 1, 3, 4].map(LabelId).to_vec(),
-            5,
-        )
-        .expect("hand-built tree is valid");
+        let layout = crate::tree::layout::small_tree();
         // Point features: {0}, {0, 1}, {1, 2}, {2}; point labels: {0, 2}, none, {1, 4}, {3}.
         let mut x = TriMatI::<f32, u32>::new((4, 3));
         for (p, f) in [(0, 0), (1, 0), (1, 1), (2, 1), (2, 2), (3, 2)] {
