@@ -33,6 +33,8 @@ pub(super) fn cost_units(
         .collect();
     // Each classifier's own fixed work: the solver keeps dense state over the node's distinct
     // features (its weights) and over its points (their duals and scores), once per classifier.
+    // The distinct features are the columns `select_rows_compact` keeps for the node's problem,
+    // counted here without copying the rows.
     let mut seen = vec![u32::MAX; ds.n_features()];
     let per_classifier: Vec<u64> = node_rows
         .iter()
