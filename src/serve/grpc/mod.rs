@@ -95,7 +95,7 @@ impl Service {
     /// `grpc-timeout`.)
     async fn call<Req, T, F>(
         &self,
-        method: &'static str,
+        route: &'static str,
         req: Request<Req>,
         run: impl FnOnce(Arc<AppState>, Req) -> F,
     ) -> Result<Response<T>, Status>
@@ -104,6 +104,7 @@ impl Service {
     {
         let _inflight = Inflight::start();
         let start = Instant::now();
+        let method = route.rsplit('/').next().unwrap_or(route);
         let limit = Duration::from_millis(self.state.cfg.request_timeout_ms);
         let fut = std::panic::AssertUnwindSafe(run(self.state.clone(), req.into_inner()));
         let out = match tokio::time::timeout(limit, fut.catch_unwind()).await {
@@ -114,18 +115,29 @@ impl Service {
             ))),
             Err(_) => Err(status(v2::from_api(super::timed_out(method, limit)))),
         };
-        let route = format!("/inference.GRPCInferenceService/{method}");
-        metrics::histogram!("xmc_request_duration_seconds", "route" => route.clone())
+        metrics::histogram!("xmc_request_duration_seconds", "route" => route)
             .record(start.elapsed().as_secs_f64());
         let code = out.as_ref().map_or_else(|s| s.code(), |_| Code::Ok);
-        metrics::counter!(
-            "xmc_requests_total",
-            "route" => route,
-            "status" => format!("grpc:{}", code as i32)
-        )
-        .increment(1);
+        let status = STATUS_LABELS
+            .get(code as usize)
+            .copied()
+            .unwrap_or("grpc:unknown");
+        metrics::counter!("xmc_requests_total", "route" => route, "status" => status).increment(1);
         out.map(Response::new)
     }
+}
+
+/// The `status` label of `xmc_requests_total` for each gRPC code, `grpc:` and its number.
+const STATUS_LABELS: [&str; 17] = [
+    "grpc:0", "grpc:1", "grpc:2", "grpc:3", "grpc:4", "grpc:5", "grpc:6", "grpc:7", "grpc:8",
+    "grpc:9", "grpc:10", "grpc:11", "grpc:12", "grpc:13", "grpc:14", "grpc:15", "grpc:16",
+];
+
+/// A method's path, the `route` label its calls are counted under.
+macro_rules! path {
+    ($method:literal) => {
+        concat!("/inference.GRPCInferenceService/", $method)
+    };
 }
 
 /// An empty version field: the highest version serving.
@@ -139,7 +151,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ServerLiveRequest>,
     ) -> Result<Response<ServerLiveResponse>, Status> {
-        self.call("ServerLive", req, |_, _| async {
+        self.call(path!("ServerLive"), req, |_, _| async {
             Ok(ServerLiveResponse { live: true })
         })
         .await
@@ -149,7 +161,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ServerReadyRequest>,
     ) -> Result<Response<ServerReadyResponse>, Status> {
-        self.call("ServerReady", req, |state, _| async move {
+        self.call(path!("ServerReady"), req, |state, _| async move {
             Ok(ServerReadyResponse {
                 ready: state.repo.load().all_ready(),
             })
@@ -163,7 +175,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ModelReadyRequest>,
     ) -> Result<Response<ModelReadyResponse>, Status> {
-        self.call("ModelReady", req, |state, r| async move {
+        self.call(path!("ModelReady"), req, |state, r| async move {
             match v2::lookup(&state, &r.name, version(&r.version)) {
                 Ok(_) => Ok(ModelReadyResponse { ready: true }),
                 Err(V2Error(StatusCode::NOT_FOUND | StatusCode::SERVICE_UNAVAILABLE, _)) => {
@@ -179,7 +191,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
-        self.call("ServerMetadata", req, |_, _| async {
+        self.call(path!("ServerMetadata"), req, |_, _| async {
             Ok(ServerMetadataResponse {
                 name: "xmc".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -193,7 +205,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
-        self.call("ModelMetadata", req, |state, r| async move {
+        self.call(path!("ModelMetadata"), req, |state, r| async move {
             let loaded = v2::lookup(&state, &r.name, version(&r.version)).map_err(status)?;
             let model = &loaded.model;
             let specs = |specs: Vec<v2::tensor::TensorSpec>| -> Vec<TensorMetadata> {
@@ -222,7 +234,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
-        self.call("ModelConfig", req, |state, r| async move {
+        self.call(path!("ModelConfig"), req, |state, r| async move {
             let loaded = v2::lookup(&state, &r.name, version(&r.version)).map_err(status)?;
             let model = &loaded.model;
             let data_type = |d: Datatype| {
@@ -268,7 +280,7 @@ impl GrpcInferenceService for Service {
         &self,
         req: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        self.call("ModelInfer", req, |state, r| async move {
+        self.call(path!("ModelInfer"), req, |state, r| async move {
             infer(&state, r).await.map_err(status)
         })
         .await
@@ -374,11 +386,15 @@ fn decode_inputs(
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
-            let owner = format!("input {:?}", t.name);
-            let datatype =
-                Datatype::parse(&t.datatype).map_err(|m| V2Error::bad(format!("{owner}: {m}")))?;
+            let name = t.name.as_str();
+            let owner = || format!("input {name:?}");
+            let datatype = Datatype::parse(&t.datatype)
+                .map_err(|m| V2Error::bad(format!("{}: {m}", owner())))?;
             if let Some(k) = t.parameters.keys().next() {
-                return Err(V2Error::bad(format!("{owner}: unknown parameter {k:?}")));
+                return Err(V2Error::bad(format!(
+                    "{}: unknown parameter {k:?}",
+                    owner()
+                )));
             }
             let shape = t
                 .shape
@@ -387,21 +403,23 @@ fn decode_inputs(
                 .collect::<Result<Vec<u64>, _>>()
                 .map_err(|_| {
                     V2Error::bad(format!(
-                        "{owner}: shape {:?} has a negative dimension",
+                        "{}: shape {:?} has a negative dimension",
+                        owner(),
                         t.shape
                     ))
                 })?;
             let values = match (raw.get(i), t.contents) {
                 (Some(_), Some(_)) => {
                     return Err(V2Error::bad(format!(
-                        "{owner}: both contents and raw_input_contents"
+                        "{}: both contents and raw_input_contents",
+                        owner()
                     )));
                 }
                 (Some(bytes), None) => v2::raw_values(datatype, bytes),
                 (None, Some(c)) => typed_values(datatype, c),
-                (None, None) => return Err(V2Error::bad(format!("{owner}: no data"))),
+                (None, None) => return Err(V2Error::bad(format!("{}: no data", owner()))),
             }
-            .map_err(|m| V2Error::bad(format!("{owner}: {m}")))?;
+            .map_err(|m| V2Error::bad(format!("{}: {m}", owner())))?;
             Ok(InputTensor {
                 name: t.name,
                 datatype,

@@ -389,10 +389,21 @@ pub enum OutValues {
 }
 
 impl OutValues {
+    /// The length of [`Self::write_raw`]'s bytes: 8 per INT64, 4 per FP32, and 4 plus its
+    /// length per BYTES element.
+    pub fn raw_len(&self) -> usize {
+        match self {
+            OutValues::I64(v) => 8 * v.len(),
+            OutValues::F32(v) => 4 * v.len(),
+            OutValues::Bytes(v) => v.iter().map(|s| 4 + s.len()).sum(),
+        }
+    }
+
     /// Appends the elements as raw bytes (the binary extension's section, gRPC's
     /// `raw_output_contents`): little-endian numbers, and each string as a 4-byte little-endian
     /// length followed by its bytes.
     pub fn write_raw(&self, out: &mut Vec<u8>) {
+        out.reserve(self.raw_len());
         match self {
             OutValues::I64(v) => v
                 .iter()
@@ -546,6 +557,24 @@ pub fn encode_outputs<'n>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_len_is_the_length_write_raw_appends() {
+        let cases = [
+            OutValues::I64(vec![3, -1, i64::MAX]),
+            OutValues::F32(vec![0.5, -2.0]),
+            OutValues::Bytes(vec!["".into(), "devel".into(), "é".into()]),
+            OutValues::Bytes(vec![]),
+        ];
+        for v in cases {
+            let mut out = vec![7u8];
+            v.write_raw(&mut out);
+            assert_eq!(out.len() - 1, v.raw_len(), "{v:?}");
+        }
+        let mut out = Vec::new();
+        OutValues::Bytes(vec!["ab".into(), "é".into()]).write_raw(&mut out);
+        assert_eq!(out, [2, 0, 0, 0, b'a', b'b', 2, 0, 0, 0, 0xc3, 0xa9]);
+    }
 
     fn t(name: &str, datatype: Datatype, shape: Vec<u64>, values: Values) -> InputTensor {
         InputTensor {
