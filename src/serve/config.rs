@@ -118,7 +118,7 @@ pub struct ServeConfig {
     /// (a model's own `model.toml` may set its own `version_policy`).
     pub version_policy: String,
     /// The model the `/v1` routes answer for; `None` (or empty text): the first name in sorted
-    /// order.
+    /// order that has a version serving.
     #[serde(deserialize_with = "text_or_none")]
     pub default_model: Option<String>,
     /// How often the model path is checked for a new file, in milliseconds (0: never).

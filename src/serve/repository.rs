@@ -49,7 +49,11 @@ pub enum Missing {
 impl Snapshot {
     fn new(models: HashMap<String, Vec<Arc<Loaded>>>, default_name: Option<&str>) -> Snapshot {
         let name = default_name.map(str::to_string).or_else(|| {
-            let mut names: Vec<&String> = models.keys().collect();
+            let mut names: Vec<&String> = models
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(n, _)| n)
+                .collect();
             names.sort();
             names.first().map(|n| n.to_string())
         });
@@ -97,6 +101,11 @@ impl Snapshot {
     /// Whether every known model has a version serving (and there is one).
     pub fn all_ready(&self) -> bool {
         !self.models.is_empty() && self.models.values().all(|v| !v.is_empty())
+    }
+
+    /// Whether any model has a version serving.
+    pub fn any_serving(&self) -> bool {
+        self.models.values().any(|v| !v.is_empty())
     }
 }
 

@@ -806,12 +806,17 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: a model is loaded.
+/// `GET /readyz`: a model serves (any of a repository's, so that unloading one keeps the pod in
+/// its Service), with the `/v1` default model's version when that one serves.
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    let loaded = current(&state)?;
-    Ok(Json(
-        json!({"status": "ready", "version": loaded.model.meta().version}),
-    ))
+    let snap = state.repo.load();
+    match snap.default_model() {
+        Some(l) => Ok(Json(
+            json!({"status": "ready", "version": l.model.meta().version}),
+        )),
+        None if snap.any_serving() => Ok(Json(json!({"status": "ready"}))),
+        None => Err(ApiError::NoModel),
+    }
 }
 
 /// `GET /metrics`: Prometheus text exposition.

@@ -94,7 +94,7 @@ impl AppState {
     }
 
     /// The model the `/v1` routes answer for: `default_model`, the one model of `--model`, or
-    /// (`None`) the first name in sorted order.
+    /// (`None`) the first name in sorted order that has a version serving.
     pub(crate) fn default_name(&self) -> Option<String> {
         match &self.cfg.repository {
             None => Some(repository::single_model_name(&self.cfg)),

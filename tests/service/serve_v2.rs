@@ -721,3 +721,54 @@ async fn model_config_lists_the_metadata_tensors_in_configuration_terms() {
     let (s, _) = json_call(&state, "GET", "/v2/models/small/versions/9/config", None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// `/readyz` answers ready while any repository model serves, so that unloading one model does
+/// not take the pod out of its Service; without `default_model`, the `/v1` default is the first
+/// model in sorted order that serves, past one whose only version is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_any_serving_model_and_the_default_skips_a_model_not_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    let bytes = std::fs::read(text_bundle()).unwrap();
+    std::fs::create_dir_all(repo.join("aaa/1")).unwrap();
+    std::fs::write(repo.join("aaa/1/model.xmcb"), &bytes[..bytes.len() / 2]).unwrap();
+    place(repo, "small", 1, &feature_bundle());
+    place(repo, "tags", 1, &text_bundle());
+
+    let state = AppState::new(repo_config(repo)).unwrap();
+    let err = xmc::serve::reload_now(&state).await.unwrap_err();
+    assert!(err.contains("aaa/1"), "{err}");
+    let small = state.repo.load().get("small", None).unwrap().clone();
+    let (s, v) = json_call(&state, "GET", "/readyz", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["version"].as_str(),
+        Some(small.model.meta().version.as_str())
+    );
+    let features = json!({"features": [[0, 1.0]], "k": 3});
+    let (s, v) = json_call(&state, "POST", "/v1/predict", Some(features.clone())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+
+    let mut cfg = repo_config(repo);
+    cfg.admin_token = Some("s3cret".into());
+    cfg.default_model = Some("tags".into());
+    let state = AppState::new(cfg).unwrap();
+    assert!(xmc::serve::reload_now(&state).await.is_err());
+    let key = Some("s3cret");
+    let (s, v) = admin_call(&state, "/v2/repository/models/tags/unload", key, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // The default is gone: /v1 has nothing to answer with, but small serves, so the pod is ready.
+    let (s, v) = json_call(&state, "GET", "/readyz", None).await;
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::OK, Some("ready")),
+        "{v}"
+    );
+    assert!(v.get("version").is_none(), "{v}");
+    let (s, _) = json_call(&state, "POST", "/v1/predict", Some(features)).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    let (s, v) = admin_call(&state, "/v2/repository/models/small/unload", key, "").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = json_call(&state, "GET", "/readyz", None).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+}
