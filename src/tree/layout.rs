@@ -204,6 +204,13 @@ impl TreeLayout {
     /// marked, so the cost is O(nnz(Y) · depth). Label ids of `ds` that the tree does not hold are
     /// ignored.
     pub fn points_per_node(&self, ds: &Dataset) -> Vec<Vec<u32>> {
+        self.points_per_node_of(ds, None)
+    }
+
+    /// As [`Self::points_per_node`], but with `wanted` only the nodes it marks get their points
+    /// (the others stay empty), so that a process training a few nodes holds only their lists.
+    pub fn points_per_node_of(&self, ds: &Dataset, wanted: Option<&[bool]>) -> Vec<Vec<u32>> {
+        let keep = |node: usize| wanted.is_none_or(|w| w.get(node).copied().unwrap_or(false));
         let csr_labels;
         let labels: &SparseMatrix = if ds.labels.is_csr() {
             &ds.labels
@@ -214,7 +221,9 @@ impl TreeLayout {
         let leaf_of = self.leaf_of_label();
         let n_points = ds.n_points();
         let mut reached: Vec<Vec<u32>> = vec![Vec::new(); self.n_nodes()];
-        reached[0] = (0..n_points as u32).collect();
+        if keep(0) {
+            reached[0] = (0..n_points as u32).collect();
+        }
         // `stamp[node]` is one more than the last point that marked `node`.
         let mut stamp = vec![0u32; self.n_nodes()];
         for point in 0..n_points.min(labels.rows()) {
@@ -226,7 +235,9 @@ impl TreeLayout {
                 let mut node = leaf as usize;
                 while node != 0 && stamp[node] != mark {
                     stamp[node] = mark;
-                    reached[node].push(point as u32);
+                    if keep(node) {
+                        reached[node].push(point as u32);
+                    }
                     node = self.parent[node] as usize;
                 }
             }
@@ -457,6 +468,11 @@ mod tests {
             reached,
             vec![vec![0, 1, 2, 3], vec![0], vec![2, 3], vec![2], vec![2, 3]]
         );
+        // Only the wanted nodes get their lists, the same as in the full walk.
+        let some = t.points_per_node_of(&ds, Some(&[false, true, false, false, true]));
+        assert_eq!(some, vec![vec![], vec![0], vec![], vec![], vec![2, 3]]);
+        let root = t.points_per_node_of(&ds, Some(&[true]));
+        assert_eq!(root, vec![vec![0, 1, 2, 3], vec![], vec![], vec![], vec![]]);
     }
 
     /// Edits the node arrays (first_child, n_children, depth, label_offsets) and the labels.

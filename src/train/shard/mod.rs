@@ -696,7 +696,15 @@ impl Shard {
             let own = model_data(ds, bp, t);
             let d = own.as_ref().unwrap_or(ds);
             let layout = &plan.layouts[t];
-            let tfn = layout.points_per_node(d);
+            // Only this shard's nodes and their children (whose points are the positives).
+            let mut wanted = vec![false; layout.n_nodes()];
+            for &((_, node), _) in model {
+                wanted[node] = true;
+                if !layout.is_leaf(node) {
+                    layout.children(node).for_each(|c| wanted[c] = true);
+                }
+            }
+            let tfn = layout.points_per_node_of(d, Some(&wanted));
             let solver = crate::linear::SolverParams {
                 seed: model_seed(cfg, bp, t),
                 ..cfg.solver
