@@ -26,32 +26,30 @@ pub(super) fn cost_units(
             label_nnz[l as usize] += nnz;
         }
     }
-    let node_rows = layout.points_per_node(ds);
-    let node_nnz: Vec<u64> = node_rows
-        .iter()
-        .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
-        .collect();
-    // Each classifier's own fixed work: the solver keeps dense state over the node's distinct
-    // features (its weights) and over its points (their duals and scores), once per classifier.
-    // The distinct features are the columns `select_rows_compact` keeps for the node's problem,
-    // counted here without copying the rows.
+    // Per node, in one walk over its rows: its non-zeros, and each classifier's own fixed work.
+    // The solver keeps dense state over the node's distinct features (its weights) and over its
+    // points (their duals and scores), once per classifier. The distinct features are the
+    // columns `select_rows_compact` keeps for the node's problem, counted without copying rows.
     let mut seen = vec![u32::MAX; ds.n_features()];
-    let per_classifier: Vec<u64> = node_rows
+    let (node_nnz, per_classifier): (Vec<u64>, Vec<u64>) = layout
+        .points_per_node(ds)
         .iter()
         .enumerate()
         .map(|(node, rows)| {
-            let mut distinct = 0u64;
+            let (mut nnz, mut distinct) = (0u64, 0u64);
             for &r in rows {
-                for &f in row_slices(&ds.features, r as usize).0 {
+                let features = row_slices(&ds.features, r as usize).0;
+                nnz += features.len() as u64;
+                for &f in features {
                     if seen[f as usize] != node as u32 {
                         seen[f as usize] = node as u32;
                         distinct += 1;
                     }
                 }
             }
-            distinct + rows.len() as u64
+            (nnz, distinct + rows.len() as u64)
         })
-        .collect();
+        .unzip();
     for node in 0..layout.n_nodes() {
         let unit = |first: usize, count: usize| Unit {
             tree: m as u32,
