@@ -191,6 +191,22 @@ pub(crate) fn train_node_outputs(
     train_node(ds, layout, solver, node, &tfn[node], tfn, Some(outputs))
 }
 
+/// Which nodes' teacher-forced point lists [`train_node_outputs`] reads to train `nodes`: each
+/// node's own and, for an internal node, its children's (their points are the positives).
+pub(crate) fn point_lists_read(
+    layout: &TreeLayout,
+    nodes: impl IntoIterator<Item = usize>,
+) -> Vec<bool> {
+    let mut read = vec![false; layout.n_nodes()];
+    for node in nodes {
+        read[node] = true;
+        if !layout.is_leaf(node) {
+            layout.children(node).for_each(|c| read[c] = true);
+        }
+    }
+    read
+}
+
 /// Trains every node classifier of `layout` on `ds` and lays the tree out for storage.
 pub fn train_tree(
     ds: &Dataset,

@@ -23,7 +23,7 @@ use crate::data::{Dataset, LabelId};
 use crate::linear::LinearColumn;
 use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{TreeTrainError, train_node_outputs};
+use crate::tree::train::{TreeTrainError, point_lists_read, train_node_outputs};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -696,15 +696,9 @@ impl Shard {
             let own = model_data(ds, bp, t);
             let d = own.as_ref().unwrap_or(ds);
             let layout = &plan.layouts[t];
-            // Only this shard's nodes and their children (whose points are the positives).
-            let mut wanted = vec![false; layout.n_nodes()];
-            for &((_, node), _) in model {
-                wanted[node] = true;
-                if !layout.is_leaf(node) {
-                    layout.children(node).for_each(|c| wanted[c] = true);
-                }
-            }
-            let tfn = layout.points_per_node_of(d, Some(&wanted));
+            // Only the point lists this shard's nodes train on.
+            let read = point_lists_read(layout, model.iter().map(|&((_, node), _)| node));
+            let tfn = layout.points_per_node_of(d, Some(&read));
             let solver = crate::linear::SolverParams {
                 seed: model_seed(cfg, bp, t),
                 ..cfg.solver
