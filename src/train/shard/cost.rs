@@ -4,6 +4,8 @@ use super::Unit;
 use crate::config::ModelKind;
 use crate::data::{Dataset, row_slices};
 use crate::tree::layout::TreeLayout;
+use crate::tree::train::union_sorted;
+use rayon::prelude::*;
 
 /// Appends the units of `layout` (model `m`, of kind `kind`, trained on `ds`) and their
 /// estimated costs: per unit, the feature non-zeros of its positives, its share of the non-zeros
@@ -26,30 +28,18 @@ pub(super) fn cost_units(
             label_nnz[l as usize] += nnz;
         }
     }
-    // Per node, in one walk over its rows: its non-zeros, and each classifier's own fixed work.
-    // The solver keeps dense state over the node's distinct features (its weights) and over its
-    // points (their duals and scores), once per classifier. The distinct features are the
-    // columns `select_rows_compact` keeps for the node's problem, counted without copying rows.
-    let mut seen = vec![u32::MAX; ds.n_features()];
-    let (node_nnz, per_classifier): (Vec<u64>, Vec<u64>) = layout
-        .points_per_node(ds)
+    let points = layout.points_per_node(ds);
+    let node_nnz: Vec<u64> = points
+        .par_iter()
+        .map(|rows| rows.iter().map(|&r| row_nnz[r as usize]).sum())
+        .collect();
+    // Each classifier's own fixed work: the solver keeps dense state over the node's distinct
+    // features (its weights) and over its points (their duals and scores).
+    let per_classifier: Vec<u64> = distinct_features(layout, ds, &points)
         .iter()
-        .enumerate()
-        .map(|(node, rows)| {
-            let (mut nnz, mut distinct) = (0u64, 0u64);
-            for &r in rows {
-                let features = row_slices(&ds.features, r as usize).0;
-                nnz += features.len() as u64;
-                for &f in features {
-                    if seen[f as usize] != node as u32 {
-                        seen[f as usize] = node as u32;
-                        distinct += 1;
-                    }
-                }
-            }
-            (nnz, distinct + rows.len() as u64)
-        })
-        .unzip();
+        .zip(&points)
+        .map(|(&d, rows)| d + rows.len() as u64)
+        .collect();
     for node in 0..layout.n_nodes() {
         let unit = |first: usize, count: usize| Unit {
             tree: m as u32,
@@ -81,6 +71,62 @@ pub(super) fn cost_units(
             }
         }
     }
+}
+
+/// Each node's distinct features: the columns `select_rows_compact` keeps for the node's problem.
+/// A node below the root holds exactly the points of its children, so its features are the union
+/// of theirs; the root (which also holds the points without a label) and the leaves walk their
+/// rows. The levels are done from the deepest up, each level's nodes in parallel, and only two
+/// levels' feature lists are held at a time.
+fn distinct_features(layout: &TreeLayout, ds: &Dataset, points: &[Vec<u32>]) -> Vec<u64> {
+    let n = layout.n_nodes();
+    let mut levels: Vec<Vec<usize>> = Vec::new();
+    for node in 0..n {
+        let d = layout.depth(node) as usize;
+        if levels.len() <= d {
+            levels.resize(d + 1, Vec::new());
+        }
+        levels[d].push(node);
+    }
+    let walk = |seen: &mut Vec<u32>, node: usize| -> Vec<u32> {
+        let mut out = Vec::new();
+        for &r in &points[node] {
+            for &f in row_slices(&ds.features, r as usize).0 {
+                if seen[f as usize] != node as u32 {
+                    seen[f as usize] = node as u32;
+                    out.push(f);
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    };
+    let mut distinct = vec![0u64; n];
+    // `slot[node]`: the node's place in its level, which indexes the level's lists.
+    let mut slot = vec![0usize; n];
+    let mut below: Vec<Vec<u32>> = Vec::new();
+    for level in levels.iter().rev() {
+        let lists: Vec<Vec<u32>> = level
+            .par_iter()
+            .map_init(
+                || vec![u32::MAX; ds.n_features()],
+                |seen, &node| {
+                    if node == 0 || layout.is_leaf(node) {
+                        return walk(seen, node);
+                    }
+                    layout.children(node).fold(Vec::new(), |acc, c| {
+                        union_sorted(&acc, below[slot[c]].iter().copied())
+                    })
+                },
+            )
+            .collect();
+        for (k, (&node, list)) in level.iter().zip(&lists).enumerate() {
+            slot[node] = k;
+            distinct[node] = list.len() as u64;
+        }
+        below = lists;
+    }
+    distinct
 }
 
 /// The shard of each unit: longest first to the least loaded shard.
