@@ -64,8 +64,10 @@ impl ChunksBuilder {
             let out = u32::try_from(out).map_err(|_| ChunkError::TooLarge)?;
             triples.extend(idx.iter().zip(val).map(|(&f, &w)| (f, out, w)));
         }
-        // Sort by feature, then output: entries of a feature come out in output order.
-        triples.sort_unstable_by_key(|&(f, o, _)| (f, o));
+        // Order by feature, then output: the triples come output by output, so a stable sort by
+        // feature alone leaves a feature's entries in output order. Each output's features are
+        // usually sorted, and the sort merges such runs rather than sorting from scratch.
+        triples.sort_by_key(|&(f, _, _)| f);
         let n_feats = triples
             .iter()
             .enumerate()
