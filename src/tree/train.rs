@@ -10,7 +10,7 @@
 //! the points that a beam search over the already trained depths above brings to it without a
 //! label under it. The tree then trains one depth at a time, in parallel within a depth.
 
-use super::chunk::{ChunkError, ChunksBuilder};
+use super::chunk::{ChunkError, ChunksBuilder, IndexChoice, RowChoice, SortedNode};
 use super::layout::TreeLayout;
 use super::view::TreeArrays;
 use crate::data::{Dataset, SparseMatrix, row_slices};
@@ -361,10 +361,32 @@ pub(crate) fn union_sorted(a: &[u32], b: impl Iterator<Item = u32>) -> Vec<u32> 
     out
 }
 
+/// What laying a classifier out reads of it: its bias and its sparse weights (sorted feature ids
+/// and their values), whether it is held in memory or in a shard file's memory map.
+pub(crate) trait TrainedColumn {
+    /// The bias w₀.
+    fn bias(&self) -> f32;
+    /// The feature ids and weights.
+    fn weights(&self) -> (&[u32], &[f32]);
+}
+
+impl TrainedColumn for LinearColumn {
+    fn bias(&self) -> f32 {
+        self.bias
+    }
+
+    fn weights(&self) -> (&[u32], &[f32]) {
+        (&self.indices, &self.values)
+    }
+}
+
+/// Nodes whose weights [`lay_out`] puts in order at once.
+const LAY_OUT_BATCH: usize = 256;
+
 /// Lays trained node classifiers out as the stored tree arrays.
-pub(crate) fn lay_out(
+pub(crate) fn lay_out<C: TrainedColumn + Sync>(
     layout: &TreeLayout,
-    columns: &[Vec<LinearColumn>],
+    columns: &[Vec<C>],
 ) -> Result<TreeArrays<Vec<u32>, Vec<f32>>, TreeTrainError> {
     let n = layout.n_nodes();
     let mut node_info = Vec::with_capacity(n);
@@ -372,7 +394,18 @@ pub(crate) fn lay_out(
     let mut out_ids = Vec::new();
     let mut out_bias = Vec::new();
     let mut chunks = ChunksBuilder::new();
+    // Each node's weights are put in order in parallel, a batch of nodes at a time (so that only
+    // a batch's copies are held), then appended in node order.
+    let mut sorted = Vec::new();
     for (node, cols) in columns.iter().enumerate() {
+        if node % LAY_OUT_BATCH == 0 {
+            let batch = &columns[node..(node + LAY_OUT_BATCH).min(n)];
+            sorted = batch
+                .par_iter()
+                .map(|cols| SortedNode::of(cols.iter().map(|c| c.weights())))
+                .collect::<Result<Vec<_>, _>>()?;
+            sorted.reverse();
+        }
         node_info.push((layout.depth(node) << 1) | u32::from(layout.is_leaf(node)));
         if layout.is_leaf(node) {
             out_ids.extend(layout.labels_of(node).iter().map(|l| l.0));
@@ -381,9 +414,10 @@ pub(crate) fn lay_out(
                 out_ids.push(u32::try_from(c).map_err(|_| TreeTrainError::TooLarge)?);
             }
         }
-        out_bias.extend(cols.iter().map(|c| c.bias));
+        out_bias.extend(cols.iter().map(|c| c.bias()));
         out_start.push(u32::try_from(out_ids.len()).map_err(|_| TreeTrainError::TooLarge)?);
-        chunks.push_node(cols.iter().map(|c| (&c.indices[..], &c.values[..])))?;
+        let node_weights = sorted.pop().unwrap_or_default();
+        chunks.push_sorted(node_weights, IndexChoice::Smaller, RowChoice::Smaller)?;
     }
     Ok(TreeArrays {
         node_info,
@@ -412,6 +446,56 @@ mod tests {
         assert_eq!(c.indptr().raw_storage(), &[0, 2, 4]);
         assert_eq!(c.indices(), &[0, 1, 0, 2]);
         assert_eq!(c.data(), &[1.0, 2.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn lay_out_in_batches_matches_the_nodes_pushed_one_by_one() {
+        // A root over more leaves than one batch, each leaf holding one label.
+        let leaves = LAY_OUT_BATCH + 44;
+        let n = leaves + 1;
+        let mut first_child = vec![1u32];
+        first_child.extend(std::iter::repeat_n(0, leaves));
+        let mut n_children = vec![leaves as u32];
+        n_children.extend(std::iter::repeat_n(0, leaves));
+        let mut depth = vec![0u32];
+        depth.extend(std::iter::repeat_n(1, leaves));
+        let mut label_offsets = vec![0u32, 0];
+        label_offsets.extend(1..=leaves as u32);
+        let labels = (0..leaves as u32).map(crate::data::LabelId).collect();
+        let layout = TreeLayout::from_parts(
+            first_child,
+            n_children,
+            depth,
+            label_offsets,
+            labels,
+            leaves,
+        )
+        .unwrap();
+        // Node k's output j weighs features that differ per node and output.
+        let column = |k: usize, j: usize| LinearColumn {
+            indices: (0..(k + j) % 7 + 1)
+                .map(|i| (3 * i + k % 5) as u32)
+                .collect(),
+            values: (0..(k + j) % 7 + 1).map(|i| (i + j) as f32 - 2.5).collect(),
+            bias: k as f32 - j as f32,
+            stats: Default::default(),
+        };
+        let columns: Vec<Vec<LinearColumn>> = (0..n)
+            .map(|k| {
+                let outs = if k == 0 { leaves } else { 1 };
+                (0..outs).map(|j| column(k, j)).collect()
+            })
+            .collect();
+        let arrays = lay_out(&layout, &columns).unwrap();
+        let mut one_by_one = ChunksBuilder::new();
+        for cols in &columns {
+            one_by_one
+                .push_node(cols.iter().map(|c| (&c.indices[..], &c.values[..])))
+                .unwrap();
+        }
+        assert_eq!(arrays.chunks, one_by_one);
+        let biases: Vec<f32> = columns.iter().flatten().map(|c| c.bias).collect();
+        assert_eq!(arrays.out_bias, biases);
     }
 
     #[test]

@@ -2,8 +2,7 @@
 //! `train` lays them out, and the model assembled from the plan's facts of the data.
 
 use super::super::{Parts, TrainInputs, Trained, assemble, bp, content_hash, tree_stats};
-use super::{Plan, Shard, ShardError, file_err, model_error, n_outputs};
-use crate::linear::LinearColumn;
+use super::{ColumnRef, Plan, ShardError, ShardFile, file_err, model_error, n_outputs};
 use crate::router::{BlockArrays, BpArrays};
 use crate::tree::train::lay_out;
 use crate::tree::view::TreeArrays;
@@ -26,12 +25,13 @@ pub fn merge(
     if paths.is_empty() {
         return Err(ShardError::Shards("no shard files given".into()));
     }
-    let columns = gather(plan, paths, &mut seconds)?;
+    let files = gather(plan, paths, &mut seconds)?;
     let start = Instant::now();
+    let columns = place(plan, &files);
     let mut trees = Vec::new();
     let mut stats = Vec::new();
     for (t, (layout, nodes)) in plan.layouts.iter().zip(columns).enumerate() {
-        let nodes: Vec<Vec<LinearColumn>> = nodes
+        let nodes: Vec<Vec<ColumnRef<'_>>> = nodes
             .into_iter()
             .map(|outs| outs.into_iter().collect::<Option<Vec<_>>>())
             .collect::<Option<_>>()
@@ -70,28 +70,42 @@ pub fn merge(
     Ok(trained)
 }
 
-/// Reads and checks the shards at `paths` against `plan`: each of one plan and one shard count,
-/// each index once, none missing, each holding exactly the classifiers the plan gives it.
-/// Returns every model's classifiers by node and output, and notes each shard's time in
-/// `seconds`.
-fn gather(
-    plan: &Plan,
-    paths: &[PathBuf],
-    seconds: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<Vec<Vec<Option<LinearColumn>>>>, ShardError> {
-    let mut of = None;
-    let mut seen: BTreeMap<usize, &Path> = BTreeMap::new();
-    let mut columns: Vec<Vec<Vec<Option<LinearColumn>>>> = plan
+/// Every model's classifiers by node and output, borrowed from the shard files; `None` where no
+/// file holds one.
+type Placed<'a> = Vec<Vec<Vec<Option<ColumnRef<'a>>>>>;
+
+/// The classifiers of `files` (checked by [`gather`]) at their places in the plan's models.
+fn place<'a>(plan: &Plan, files: &'a [ShardFile]) -> Placed<'a> {
+    let mut columns: Placed<'a> = plan
         .layouts
         .iter()
         .map(|l| {
             (0..l.n_nodes())
-                .map(|n| vec![None; n_outputs(l, n) as usize])
+                .map(|n| (0..n_outputs(l, n)).map(|_| None).collect())
                 .collect()
         })
         .collect();
+    for file in files {
+        for (c, [t, node, o]) in file.ids.iter().enumerate() {
+            columns[*t as usize][*node as usize][*o as usize] = Some(file.column(c));
+        }
+    }
+    columns
+}
+
+/// Reads and checks the shards at `paths` against `plan`: each of one plan and one shard count,
+/// each index once, none missing, each holding exactly the classifiers the plan gives it.
+/// Returns the files, and notes each shard's time in `seconds`.
+fn gather(
+    plan: &Plan,
+    paths: &[PathBuf],
+    seconds: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<ShardFile>, ShardError> {
+    let mut of = None;
+    let mut seen: BTreeMap<usize, &Path> = BTreeMap::new();
+    let mut files = Vec::with_capacity(paths.len());
     for path in paths {
-        let shard = Shard::read(path)?;
+        let shard = ShardFile::read(path)?;
         let m = &shard.meta;
         if m.plan != plan.meta.id {
             return Err(file_err(
@@ -148,13 +162,11 @@ fn gather(
                 ),
             ));
         }
-        for ([t, node, o], col) in shard.ids.iter().zip(shard.columns) {
-            columns[*t as usize][*node as usize][*o as usize] = Some(col);
-        }
         seconds.insert(
             format!("shard{}_train", m.index),
             m.seconds.get("train").copied().unwrap_or(0.0).into(),
         );
+        files.push(shard);
     }
     let of = of.unwrap_or(0);
     let missing: Vec<String> = (0..of)
@@ -167,7 +179,7 @@ fn gather(
             missing.join(", ")
         )));
     }
-    Ok(columns)
+    Ok(files)
 }
 
 /// With BP, the merged models as BP's parts: the first is the router, the rest the blocks'

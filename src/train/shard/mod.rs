@@ -17,13 +17,13 @@
 //! fails leaves nothing behind, and a damaged one is refused by its checksums.
 
 use super::{TrainError, TrainInputs, bp};
-use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
+use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions, Section};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId};
 use crate::linear::LinearColumn;
 use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{TreeTrainError, point_lists_read, train_node_outputs};
+use crate::tree::train::{TrainedColumn, TreeTrainError, point_lists_read, train_node_outputs};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -759,9 +759,40 @@ impl Shard {
         w.add_f32(VALUES, &values)?;
         Ok(w.write_atomic(path)?)
     }
+}
 
+/// A shard file as the merge reads it: its classifiers stay in the file's memory map.
+pub struct ShardFile {
+    /// The JSON section.
+    pub meta: ShardMeta,
+    /// Per classifier, (tree, node, output).
+    pub ids: Vec<[u32; 3]>,
+    bias: Section<f32>,
+    starts: Section<u64>,
+    indices: Section<u32>,
+    values: Section<f32>,
+}
+
+/// One classifier of a [`ShardFile`], borrowed from its memory map.
+pub struct ColumnRef<'a> {
+    bias: f32,
+    indices: &'a [u32],
+    values: &'a [f32],
+}
+
+impl TrainedColumn for ColumnRef<'_> {
+    fn bias(&self) -> f32 {
+        self.bias
+    }
+
+    fn weights(&self) -> (&[u32], &[f32]) {
+        (self.indices, self.values)
+    }
+}
+
+impl ShardFile {
     /// Reads a shard file, checking its checksums and its structure (not yet against a plan).
-    pub fn read(path: &Path) -> Result<Shard, ShardError> {
+    pub fn read(path: &Path) -> Result<ShardFile, ShardError> {
         let bad = |reason: String| file_err(path, format!("not a usable shard file: {reason}"));
         let b = open_verified(path).map_err(|e| bad(e.to_string()))?;
         let meta: ShardMeta = b.json(SHARD).map_err(|e| bad(e.to_string()))?;
@@ -777,34 +808,41 @@ impl Shard {
         let starts = b.u64s(STARTS).map_err(err)?;
         let indices = b.u32s(INDICES).map_err(err)?;
         let values = b.f32s(VALUES).map_err(err)?;
-        let (ids, bias, starts) = (ids.as_slice(), bias.as_slice(), starts.as_slice());
-        let (indices, values) = (indices.as_slice(), values.as_slice());
-        let n = bias.len();
-        if ids.len() != 3 * n
-            || starts.len() != n + 1
-            || starts.first() != Some(&0)
-            || starts.windows(2).any(|w| w[0] > w[1])
-            || starts[n] != indices.len() as u64
-            || indices.len() != values.len()
+        let n = bias.as_slice().len();
+        let st = starts.as_slice();
+        if ids.as_slice().len() != 3 * n
+            || st.len() != n + 1
+            || st.first() != Some(&0)
+            || st.windows(2).any(|w| w[0] > w[1])
+            || st[n] != indices.as_slice().len() as u64
+            || indices.as_slice().len() != values.as_slice().len()
         {
             return Err(bad("its column arrays do not fit together".into()));
         }
-        let columns = (0..n)
-            .map(|c| {
-                let (a, z) = (starts[c] as usize, starts[c + 1] as usize);
-                LinearColumn {
-                    indices: indices[a..z].to_vec(),
-                    values: values[a..z].to_vec(),
-                    bias: bias[c],
-                    stats: Default::default(),
-                }
-            })
+        let ids = ids
+            .as_slice()
+            .chunks_exact(3)
+            .map(|c| [c[0], c[1], c[2]])
             .collect();
-        Ok(Shard {
+        Ok(ShardFile {
             meta,
-            ids: ids.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
-            columns,
+            ids,
+            bias,
+            starts,
+            indices,
+            values,
         })
+    }
+
+    /// Classifier `c` (below `ids.len()`).
+    pub fn column(&self, c: usize) -> ColumnRef<'_> {
+        let st = self.starts.as_slice();
+        let (a, z) = (st[c] as usize, st[c + 1] as usize);
+        ColumnRef {
+            bias: self.bias.as_slice()[c],
+            indices: &self.indices.as_slice()[a..z],
+            values: &self.values.as_slice()[a..z],
+        }
     }
 }
 

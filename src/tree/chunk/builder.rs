@@ -5,6 +5,35 @@ use super::*;
 /// Chunks under construction.
 pub type ChunksBuilder = Chunks<Vec<u32>, Vec<f32>>;
 
+/// One node's weights as (feature, output, weight) triples in feature order, then output order:
+/// the part of building a node's chunk that needs no builder.
+#[derive(Debug, Default)]
+pub struct SortedNode {
+    triples: Vec<(u32, u32, f32)>,
+    m: usize,
+}
+
+impl SortedNode {
+    /// The weights of a node's outputs, each given as sorted feature ids and weights.
+    pub fn of<'a, I>(outputs: I) -> Result<SortedNode, ChunkError>
+    where
+        I: IntoIterator<Item = (&'a [u32], &'a [f32])>,
+    {
+        let mut triples: Vec<(u32, u32, f32)> = Vec::new();
+        let mut m = 0usize;
+        for (out, (idx, val)) in outputs.into_iter().enumerate() {
+            m = out + 1;
+            let out = u32::try_from(out).map_err(|_| ChunkError::TooLarge)?;
+            triples.extend(idx.iter().zip(val).map(|(&f, &w)| (f, out, w)));
+        }
+        // Order by feature, then output: the triples come output by output, so a stable sort by
+        // feature alone leaves a feature's entries in output order. Each output's features are
+        // usually sorted, and the sort merges such runs rather than sorting from scratch.
+        triples.sort_by_key(|&(f, _, _)| f);
+        Ok(SortedNode { triples, m })
+    }
+}
+
 impl ChunksBuilder {
     /// An empty builder, ready for node 0.
     pub fn new() -> Self {
@@ -57,17 +86,18 @@ impl ChunksBuilder {
     where
         I: IntoIterator<Item = (&'a [u32], &'a [f32])>,
     {
-        let mut triples: Vec<(u32, u32, f32)> = Vec::new();
-        let mut m = 0usize;
-        for (out, (idx, val)) in outputs.into_iter().enumerate() {
-            m = out + 1;
-            let out = u32::try_from(out).map_err(|_| ChunkError::TooLarge)?;
-            triples.extend(idx.iter().zip(val).map(|(&f, &w)| (f, out, w)));
-        }
-        // Order by feature, then output: the triples come output by output, so a stable sort by
-        // feature alone leaves a feature's entries in output order. Each output's features are
-        // usually sorted, and the sort merges such runs rather than sorting from scratch.
-        triples.sort_by_key(|&(f, _, _)| f);
+        self.push_sorted(SortedNode::of(outputs)?, index, rows)
+    }
+
+    /// [`ChunksBuilder::push_node_as`] for a node whose weights [`SortedNode::of`] has put in
+    /// order (which can run apart from the builder, e.g. for many nodes in parallel).
+    pub fn push_sorted(
+        &mut self,
+        node: SortedNode,
+        index: IndexChoice,
+        rows: RowChoice,
+    ) -> Result<(), ChunkError> {
+        let SortedNode { triples, m } = node;
         let n_feats = triples
             .iter()
             .enumerate()
