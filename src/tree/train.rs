@@ -399,7 +399,7 @@ pub(crate) fn lay_out<C: TrainedColumn + Sync>(
     let mut sorted = Vec::new();
     for (node, cols) in columns.iter().enumerate() {
         if node % LAY_OUT_BATCH == 0 {
-            let batch = &columns[node..(node + LAY_OUT_BATCH).min(n)];
+            let batch = &columns[node..(node + LAY_OUT_BATCH).min(columns.len())];
             sorted = batch
                 .par_iter()
                 .map(|cols| SortedNode::of(cols.iter().map(|c| c.weights())))
