@@ -80,13 +80,9 @@ pub(super) fn cost_units(
 /// levels' feature lists are held at a time.
 fn distinct_features(layout: &TreeLayout, ds: &Dataset, points: &[Vec<u32>]) -> Vec<u64> {
     let n = layout.n_nodes();
-    let mut levels: Vec<Vec<usize>> = Vec::new();
+    let mut levels: Vec<Vec<usize>> = vec![Vec::new(); layout.max_depth() as usize + 1];
     for node in 0..n {
-        let d = layout.depth(node) as usize;
-        if levels.len() <= d {
-            levels.resize(d + 1, Vec::new());
-        }
-        levels[d].push(node);
+        levels[layout.depth(node) as usize].push(node);
     }
     let walk = |seen: &mut Vec<u32>, node: usize| -> Vec<u32> {
         let mut out = Vec::new();
