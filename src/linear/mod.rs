@@ -31,7 +31,8 @@
 //! Columns are solved in parallel with rayon, one task per column (dynamic load balancing), over a
 //! shared column-major copy of X; each worker thread owns O(n + d) scratch. Each column draws its
 //! random numbers from a generator seeded by (seed, column index), so results are bit-identical
-//! whatever the thread count or schedule.
+//! whatever the thread count or schedule. Columns without positives are one problem, solved once
+//! and shared.
 
 mod dual;
 pub mod ppdsparse;
@@ -171,6 +172,12 @@ pub enum SolverError {
         /// The row.
         row: usize,
     },
+    /// The selected rows are not strictly increasing, or not all below the number of rows.
+    #[error("the selected rows are not strictly increasing below {rows}")]
+    BadSelection {
+        /// The number of rows.
+        rows: usize,
+    },
     /// A hyper-parameter is out of its domain.
     #[error("bad solver parameter: {0}")]
     Param(String),
@@ -197,10 +204,12 @@ pub fn score_to_log_prob(loss: Loss, s: f32) -> f32 {
     }
 }
 
-/// X in both orientations, shared by every column of one call.
-pub(crate) struct Problem<'a> {
-    /// X, CSR.
-    pub x: &'a SparseMatrix,
+/// X in both orientations, shared by every column of one call. It owns its copies, so the caller
+/// need not keep a row-major copy of its own.
+pub(crate) struct Problem {
+    n: usize,
+    d: usize,
+    nnz: usize,
     /// Column j of X is `col_rows/col_vals[col_start[j]..col_start[j + 1]]`, sorted by |value|
     /// descending (ties by row), for the truncated search of §5.3.
     pub col_start: Vec<usize>,
@@ -208,7 +217,7 @@ pub(crate) struct Problem<'a> {
     pub col_vals: Vec<f32>,
     /// ‖x̂ᵢ‖² = ‖xᵢ‖² + 1 (the bias feature).
     pub q_diag: Vec<f64>,
-    /// X's rows again, packed for the coordinate steps: row i is
+    /// X's rows, packed for the coordinate steps: row i is
     /// `row_entries[row_start[i]..row_start[i + 1]]`, each feature beside its value, so that a
     /// step on a random row reads one contiguous run instead of three arrays.
     pub row_start: Vec<usize>,
@@ -222,21 +231,60 @@ pub(crate) struct Entry {
     pub x: f32,
 }
 
-impl<'a> Problem<'a> {
-    fn new(x: &'a SparseMatrix) -> Result<Self, SolverError> {
-        let (n, d) = (x.rows(), x.cols());
+impl Problem {
+    fn new(x: &SparseMatrix) -> Result<Self, SolverError> {
+        Self::build(x.rows(), x.cols(), |i| crate::data::row_slices(x, i), |j| j)
+    }
+
+    /// The rows `rows` of `x` over only the columns they use, renumbered `0..k` in increasing
+    /// order, with the map from new column ids to old ones. A node's problem then has a weight
+    /// vector of its own features, not of all of them: the solver's gathers and scatters hit a
+    /// small, cache-resident array. Renumbering keeps the features' order, so the solver's
+    /// arithmetic is the same as over the rows copied out with their own ids.
+    fn of_rows(x: &SparseMatrix, rows: &[u32]) -> Result<(Self, Vec<u32>), SolverError> {
+        let row = |i: usize| crate::data::row_slices(x, rows[i] as usize);
+        // new_id[j] = 1 + the new id of column j, or 0 while j is unseen.
+        let mut new_id = vec![0u32; x.cols()];
+        let mut used = Vec::new();
+        for i in 0..rows.len() {
+            for &j in row(i).0 {
+                if new_id[j as usize] == 0 {
+                    new_id[j as usize] = 1;
+                    used.push(j);
+                }
+            }
+        }
+        used.sort_unstable();
+        for (k, &j) in used.iter().enumerate() {
+            // At most x.cols() ≤ u32::MAX + 1 columns, so k + 1 fits.
+            new_id[j as usize] = k as u32 + 1;
+        }
+        let problem = Self::build(rows.len(), used.len(), row, |j| new_id[j as usize] - 1)?;
+        Ok((problem, used))
+    }
+
+    /// Packs n rows over d columns, row i given by `row(i)` with its column ids mapped by `id`
+    /// (increasing ids to increasing ids).
+    fn build<'x>(
+        n: usize,
+        d: usize,
+        row: impl Fn(usize) -> (&'x [u32], &'x [f32]),
+        id: impl Fn(u32) -> u32,
+    ) -> Result<Self, SolverError> {
         let mut q_diag = Vec::with_capacity(n);
         let mut counts = vec![0usize; d + 1];
         let mut row_start = Vec::with_capacity(n + 1);
-        let mut row_entries = Vec::with_capacity(x.nnz());
+        let nnz = (0..n).map(|i| row(i).0.len()).sum();
+        let mut row_entries = Vec::with_capacity(nnz);
         row_start.push(0);
         for i in 0..n {
-            let (idx, val) = crate::data::row_slices(x, i);
+            let (idx, val) = row(i);
             let mut sq = 1.0f64;
             for (&j, &v) in idx.iter().zip(val) {
                 if !v.is_finite() {
                     return Err(SolverError::NonFinite { row: i });
                 }
+                let j = id(j);
                 sq += f64::from(v) * f64::from(v);
                 counts[j as usize + 1] += 1;
                 row_entries.push(Entry { j, x: v });
@@ -248,16 +296,14 @@ impl<'a> Problem<'a> {
             counts[j + 1] += counts[j];
         }
         let col_start = counts;
-        let nnz = col_start[d];
         let mut fill = col_start.clone();
         let mut col_rows = vec![0u32; nnz];
         let mut col_vals = vec![0f32; nnz];
-        for i in 0..n {
-            let (idx, val) = crate::data::row_slices(x, i);
-            for (&j, &v) in idx.iter().zip(val) {
-                let p = &mut fill[j as usize];
+        for (i, w) in row_start.windows(2).enumerate() {
+            for e in &row_entries[w[0]..w[1]] {
+                let p = &mut fill[e.j as usize];
                 col_rows[*p] = i as u32;
-                col_vals[*p] = v;
+                col_vals[*p] = e.x;
                 *p += 1;
             }
         }
@@ -278,7 +324,9 @@ impl<'a> Problem<'a> {
             }
         }
         Ok(Problem {
-            x,
+            n,
+            d,
+            nnz,
             col_start,
             col_rows,
             col_vals,
@@ -295,11 +343,16 @@ impl<'a> Problem<'a> {
     }
 
     pub fn n(&self) -> usize {
-        self.x.rows()
+        self.n
     }
 
     pub fn d(&self) -> usize {
-        self.x.cols()
+        self.d
+    }
+
+    /// The stored non-zeros of X.
+    pub fn nnz(&self) -> usize {
+        self.nnz
     }
 }
 
@@ -348,42 +401,91 @@ pub fn train_columns(
     positives: &[Vec<u32>],
     params: &SolverParams,
 ) -> Result<Vec<LinearColumn>, SolverError> {
-    train_columns_numbered(x, positives, params, |j| j as u64)
-}
-
-/// [`train_columns`] for some columns of a larger problem: entry j of `positives` is column
-/// `number(j)` of it, whose seed it takes, so that each column is trained exactly as it would be
-/// among all of them (sharded training splits one node's columns between processes).
-pub fn train_columns_numbered(
-    x: &SparseMatrix,
-    positives: &[Vec<u32>],
-    params: &SolverParams,
-    number: impl Fn(usize) -> u64 + Sync,
-) -> Result<Vec<LinearColumn>, SolverError> {
     check_params(params)?;
     check_positives(positives, x.rows())?;
     let problem = Problem::new(x)?;
-    let columns = positives
+    let first_empty = positives.iter().position(Vec::is_empty).unwrap_or(0) as u64;
+    Ok(train_problem(
+        &problem,
+        positives,
+        params,
+        |j| j as u64,
+        first_empty,
+    ))
+}
+
+/// [`train_columns`] over the rows `rows` of `x` (sorted, unique), for some columns of a larger
+/// problem: entry j of `positives` (positions in `rows`) is column `number(j)` of it, whose seed
+/// it takes, so that each column is trained exactly as it would be among all of them (sharded
+/// training splits one node's columns between processes). The weights come in `x`'s feature ids.
+///
+/// A column without positives is the same problem whatever its number, so all of them share one
+/// solution: that of the larger problem's first such column, `first_empty`. It is solved once.
+pub fn train_columns_of_rows(
+    x: &SparseMatrix,
+    rows: &[u32],
+    positives: &[Vec<u32>],
+    params: &SolverParams,
+    number: impl Fn(usize) -> u64 + Sync,
+    first_empty: u64,
+) -> Result<Vec<LinearColumn>, SolverError> {
+    check_params(params)?;
+    check_positives(positives, rows.len())?;
+    let increasing = rows.windows(2).all(|w| w[0] < w[1]);
+    if !increasing || rows.last().is_some_and(|&r| r as usize >= x.rows()) {
+        return Err(SolverError::BadSelection { rows: x.rows() });
+    }
+    let (problem, features) = Problem::of_rows(x, rows)?;
+    let mut columns = train_problem(&problem, positives, params, number, first_empty);
+    drop(problem);
+    for column in &mut columns {
+        for j in &mut column.indices {
+            *j = features[*j as usize];
+        }
+    }
+    Ok(columns)
+}
+
+fn train_problem(
+    problem: &Problem,
+    positives: &[Vec<u32>],
+    params: &SolverParams,
+    number: impl Fn(usize) -> u64 + Sync,
+    first_empty: u64,
+) -> Vec<LinearColumn> {
+    let empty = positives
+        .iter()
+        .any(Vec::is_empty)
+        .then(|| solve_column(problem, &[], params, derive_seed(params.seed, first_empty)));
+    positives
         .par_iter()
         .enumerate()
         .with_max_len(1)
-        .map(|(j, pos)| {
-            let seed = derive_seed(params.seed, number(j));
-            let solve = |ws: &mut dual::Workspace| match params.method {
-                Method::PpdSparse => ppdsparse::solve(&problem, pos, params, seed, ws),
-                Method::Reference => reference::solve(&problem, pos, params, seed, ws),
-            };
-            WORKSPACE.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut ws) => {
-                    ws.ensure(problem.n(), problem.d());
-                    solve(&mut ws)
-                }
-                // Only if a solve ever ran nested on this thread; it does not today.
-                Err(_) => solve(&mut dual::Workspace::new(problem.n(), problem.d())),
-            })
+        .map(|(j, pos)| match &empty {
+            Some(column) if pos.is_empty() => column.clone(),
+            _ => solve_column(problem, pos, params, derive_seed(params.seed, number(j))),
         })
-        .collect();
-    Ok(columns)
+        .collect()
+}
+
+fn solve_column(
+    problem: &Problem,
+    positives: &[u32],
+    params: &SolverParams,
+    seed: u64,
+) -> LinearColumn {
+    let solve = |ws: &mut dual::Workspace| match params.method {
+        Method::PpdSparse => ppdsparse::solve(problem, positives, params, seed, ws),
+        Method::Reference => reference::solve(problem, positives, params, seed, ws),
+    };
+    WORKSPACE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut ws) => {
+            ws.ensure(problem.n(), problem.d());
+            solve(&mut ws)
+        }
+        // Only if a solve ever ran nested on this thread; it does not today.
+        Err(_) => solve(&mut dual::Workspace::new(problem.n(), problem.d())),
+    })
 }
 
 thread_local! {

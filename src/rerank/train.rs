@@ -11,9 +11,9 @@
 
 use super::{LabelRows, OvaScorers};
 use crate::data::Dataset;
-use crate::linear::{SolverError, SolverParams, train_columns};
+use crate::linear::{SolverError, SolverParams, train_columns_of_rows};
 use crate::seed::derive_seed;
-use crate::tree::train::{local_positions, select_rows_compact, union_sorted};
+use crate::tree::train::{local_positions, union_sorted};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -76,16 +76,15 @@ pub fn train_scorers(
             let col = if rows.is_empty() {
                 (Vec::new(), Vec::new(), 0.0)
             } else {
-                let (x, features) = select_rows_compact(&ds.features, &rows);
                 let params = SolverParams {
                     seed: derive_seed(solver.seed, l as u64),
                     ..*solver
                 };
-                let mut cols = train_columns(&x, &[pos], &params)
-                    .map_err(|source| RerankTrainError::Solver { label: l, source })?;
+                let mut cols =
+                    train_columns_of_rows(&ds.features, &rows, &[pos], &params, |j| j as u64, 0)
+                        .map_err(|source| RerankTrainError::Solver { label: l, source })?;
                 let c = cols.pop().unwrap_or_default();
-                let idx = c.indices.iter().map(|&j| features[j as usize]).collect();
-                (idx, c.values, c.bias)
+                (c.indices, c.values, c.bias)
             };
             on_label_done();
             Ok(col)

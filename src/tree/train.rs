@@ -15,7 +15,7 @@ use super::layout::TreeLayout;
 use super::view::TreeArrays;
 use crate::data::{Dataset, SparseMatrix, row_slices};
 use crate::linear::{
-    LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns_numbered,
+    LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns_of_rows,
 };
 use rayon::prelude::*;
 use thiserror::Error;
@@ -56,34 +56,6 @@ pub fn select_rows(x: &SparseMatrix, rows: &[u32]) -> SparseMatrix {
         indptr.push(indices.len());
     }
     SparseMatrix::new((rows.len(), x.cols()), indptr, indices, data)
-}
-
-/// The rows `rows` of a CSR matrix over only the columns they use, renumbered `0..k` in increasing
-/// order, with the map from new column ids to old ones (sorted, so that it keeps sorted rows
-/// sorted). A node's problem then has a weight vector of its own features, not of all of them:
-/// the solver's gathers and scatters hit a small, cache-resident array.
-pub fn select_rows_compact(x: &SparseMatrix, rows: &[u32]) -> (SparseMatrix, Vec<u32>) {
-    let selected = select_rows(x, rows);
-    // new_id[j] = 1 + the new id of column j, or 0 while j is unseen.
-    let mut new_id = vec![0u32; x.cols()];
-    let mut used = Vec::new();
-    for &j in selected.indices() {
-        if new_id[j as usize] == 0 {
-            new_id[j as usize] = 1;
-            used.push(j);
-        }
-    }
-    used.sort_unstable();
-    for (k, &j) in used.iter().enumerate() {
-        // At most x.cols() ≤ u32::MAX + 1 columns, so k + 1 fits.
-        new_id[j as usize] = k as u32 + 1;
-    }
-    let (indptr, mut indices, data) = selected.into_raw_storage();
-    for j in &mut indices {
-        *j = new_id[*j as usize] - 1;
-    }
-    let compact = SparseMatrix::new((rows.len(), used.len()), indptr, indices, data);
-    (compact, used)
 }
 
 /// The positions in `all` (sorted) of the elements of `subset` (sorted, a subset of `all`).
@@ -155,8 +127,8 @@ fn train_node(
     tfn: &[Vec<u32>],
     outputs: Option<&[u32]>,
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
-    let (x, features) = select_rows_compact(&ds.features, rows);
     let mut positives = node_positives(layout, ds, node, rows, tfn);
+    let first_empty = positives.iter().position(Vec::is_empty).unwrap_or(0) as u64;
     if let Some(outputs) = outputs {
         positives = outputs
             .iter()
@@ -164,15 +136,7 @@ fn train_node(
             .collect();
     }
     let number = |j: usize| outputs.map_or(j as u64, |o| u64::from(o[j]));
-    train_columns_numbered(&x, &positives, solver, number)
-        .map(|mut cols| {
-            for col in &mut cols {
-                for j in &mut col.indices {
-                    *j = features[*j as usize];
-                }
-            }
-            cols
-        })
+    train_columns_of_rows(&ds.features, rows, &positives, solver, number, first_empty)
         .map_err(|source| TreeTrainError::Solver { node, source })
 }
 
@@ -431,22 +395,6 @@ pub(crate) fn lay_out<C: TrainedColumn + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn compact_selection_renumbers_used_columns_in_order() {
-        let x = SparseMatrix::new(
-            (3, 10),
-            vec![0, 2, 3, 5],
-            vec![1, 7, 4, 1, 9],
-            vec![1.0, 2.0, 3.0, 4.0, 5.0],
-        );
-        let (c, used) = select_rows_compact(&x, &[0, 2]);
-        assert_eq!(used, vec![1, 7, 9]);
-        assert_eq!(c.cols(), 3);
-        assert_eq!(c.indptr().raw_storage(), &[0, 2, 4]);
-        assert_eq!(c.indices(), &[0, 1, 0, 2]);
-        assert_eq!(c.data(), &[1.0, 2.0, 4.0, 5.0]);
-    }
 
     #[test]
     fn lay_out_in_batches_matches_the_nodes_pushed_one_by_one() {

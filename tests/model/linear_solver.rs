@@ -205,6 +205,65 @@ fn a_label_with_no_positives_gets_a_negative_bias() {
 }
 
 #[test]
+fn labels_with_no_positives_share_the_first_ones_solution_wherever_they_are_trained() {
+    let ds = synthetic();
+    let p = SolverParams::DEFAULT;
+    let pos = positives(&ds, &[3]);
+    let all = vec![pos[0].clone(), vec![], vec![], vec![]];
+    let cols = linear::train_columns(&ds.features, &all, &p).unwrap();
+    assert_eq!(cols[1], cols[2]);
+    assert_eq!(cols[1], cols[3]);
+    assert!(cols[1].bias < 0.0, "{:?}", cols[1]);
+    // Over the rows of the whole problem, columns numbered as in it: the same weights, whether
+    // a call holds all of them or only some (as a shard does).
+    let rows: Vec<u32> = (0..ds.n_points() as u32).collect();
+    let of_rows = |from: usize, to: usize| {
+        let number = |j: usize| (from + j) as u64;
+        linear::train_columns_of_rows(&ds.features, &rows, &all[from..to], &p, number, 1).unwrap()
+    };
+    let whole = of_rows(0, 4);
+    assert_eq!(whole[1], whole[2]);
+    assert_eq!(whole[1], whole[3]);
+    // The first empty column is trained as it would be on its own number.
+    assert_eq!(of_rows(1, 2)[0], whole[1]);
+    assert_eq!(of_rows(2, 4), whole[2..]);
+    assert_eq!(of_rows(0, 1)[0], whole[0]);
+}
+
+#[test]
+fn training_on_selected_rows_is_training_on_those_rows_alone() {
+    let ds = synthetic();
+    let p = SolverParams::DEFAULT;
+    let rows: Vec<u32> = (0..ds.n_points() as u32).filter(|i| i % 3 != 1).collect();
+    let all = positives(&ds, &[0, 5, 9]);
+    // Each label's positives among the selected rows, as positions in `rows`.
+    let pos: Vec<Vec<u32>> = all
+        .iter()
+        .map(|col| {
+            col.iter()
+                .filter_map(|r| rows.binary_search(r).ok().map(|k| k as u32))
+                .collect()
+        })
+        .collect();
+    let cols =
+        linear::train_columns_of_rows(&ds.features, &rows, &pos, &p, |j| j as u64, 0).unwrap();
+    // The same rows copied out, over the same feature ids.
+    let (mut indptr, mut indices, mut data) = (vec![0usize], Vec::new(), Vec::new());
+    for &r in &rows {
+        let (idx, val) = data::row_slices(&ds.features, r as usize);
+        indices.extend_from_slice(idx);
+        data.extend_from_slice(val);
+        indptr.push(indices.len());
+    }
+    let x = SparseMatrix::new((rows.len(), ds.features.cols()), indptr, indices, data);
+    let alone = linear::train_columns(&x, &pos, &p).unwrap();
+    // Renumbering the features keeps their order, so every step is the same arithmetic.
+    assert_eq!(cols, alone);
+    let bad = linear::train_columns_of_rows(&ds.features, &[3, 2], &[], &p, |j| j as u64, 0);
+    assert!(matches!(bad, Err(linear::SolverError::BadSelection { .. })));
+}
+
+#[test]
 fn a_label_on_every_point_gets_a_positive_bias() {
     let ds = synthetic();
     let all: Vec<u32> = (0..ds.n_points() as u32).collect();

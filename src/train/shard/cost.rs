@@ -73,7 +73,7 @@ pub(super) fn cost_units(
     }
 }
 
-/// Each node's distinct features: the columns `select_rows_compact` keeps for the node's problem.
+/// Each node's distinct features: the columns the solver keeps for the node's problem.
 /// A node below the root holds exactly the points of its children, so its features are the union
 /// of theirs; the root (which also holds the points without a label) and the leaves walk their
 /// rows. The levels are done from the deepest up, each level's nodes in parallel, and only two
