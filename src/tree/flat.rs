@@ -8,7 +8,11 @@
 //! from the **bias order**: every label ranked by its bias alone. A label no posting reaches
 //! scores exactly its bias, so the best unreached labels are the first unreached ones in that
 //! order, and the walk stops once they can no longer enter the top k. The cost is
-//! O(postings + reached + k), not O(L). A query whose postings outnumber a quarter of the labels
+//! O(postings + reached + k), not O(L). A tree of more than [`SORT_OUTPUTS`] labels, whose
+//! per-label slots would not fit the cache, sums the postings in a
+//! [`SortedAcc`](super::chunk::SortedAcc) instead: listed as (label, product), radix-sorted by
+//! label, stably, and summed per label from its bias, in the same order, to the same bits.
+//! A query whose postings outnumber a quarter of the labels
 //! ([`SCAN_SHARE`]) is scanned instead: there the per-label pass costs less than the sparse
 //! sums' bookkeeping per posting. The scan then ranks only the labels near the top: one pass
 //! finds the k-th largest sum, and only sums within a small margin of it get a log-probability
@@ -53,6 +57,11 @@ pub use blocks::*;
 
 /// A query with more postings than the labels over this is scored by the scan.
 pub const SCAN_SHARE: usize = 4;
+
+/// A flat tree with more outputs than this sums a query's postings by sorting them by output
+/// ([`SortedAcc`](super::chunk::SortedAcc)), not in a slot per output: past it, the slots
+/// outgrow the cache and nearly every output reached costs a miss.
+pub const SORT_OUTPUTS: usize = 1 << 18;
 
 /// The suffix of a flat tree's bias-order section: `{prefix}.flat.order`.
 pub const ORDER_SECTION: &str = "flat.order";
@@ -169,6 +178,24 @@ where
         limits: &SearchLimits,
         scratch: &mut SearchScratch,
     ) -> SearchStats {
+        let sorted = self.out_ids.len() > SORT_OUTPUTS;
+        self.flat_search_with(order, q_idx, q_val, dense, loss, limits, scratch, sorted)
+    }
+
+    /// [`TreeArrays::flat_search`], summing the postings in a [`SortedAcc`] when `sorted`, in a
+    /// [`SparseAcc`](super::chunk::SparseAcc) otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn flat_search_with(
+        &self,
+        order: &[u32],
+        q_idx: &[u32],
+        q_val: &[f32],
+        dense: &[f32],
+        loss: Loss,
+        limits: &SearchLimits,
+        scratch: &mut SearchScratch,
+        sorted: bool,
+    ) -> SearchStats {
         let n = self.out_ids.len();
         if order.len() != n || n == 0 || !self.is_flat() || self.chunks.has_rows(0) {
             return self.early_stop_search(q_idx, q_val, dense, loss, limits, scratch);
@@ -193,23 +220,45 @@ where
         }
         let (ids, bias) = (&self.out_ids[..], &self.out_bias[..]);
         let depth = self.depth(0) + 1;
-        let reached = &mut scratch.reached;
-        reached.start(n);
-        self.chunks.add_postings(0, q_idx, q_val, bias, reached);
-        for &o in reached.touched() {
-            let o = o as usize;
-            Ranked {
-                logp: log_prob(loss, reached.sum(o)),
-                label: ids[o],
-                depth,
+        let n_reached = if sorted {
+            let acc = &mut scratch.sorted;
+            self.chunks.sum_postings_sorted(0, q_idx, q_val, bias, acc);
+            for (o, sum) in acc.reached_sums() {
+                let Some(&label) = ids.get(o as usize) else {
+                    continue;
+                };
+                let logp = log_prob(loss, sum);
+                Ranked { logp, label, depth }.offer(&mut scratch.best, k);
             }
-            .offer(&mut scratch.best, k);
-        }
+            acc.n_reached()
+        } else {
+            let reached = &mut scratch.reached;
+            reached.start(n);
+            self.chunks.add_postings(0, q_idx, q_val, bias, reached);
+            for &o in reached.touched() {
+                let o = o as usize;
+                Ranked {
+                    logp: log_prob(loss, reached.sum(o)),
+                    label: ids[o],
+                    depth,
+                }
+                .offer(&mut scratch.best, k);
+            }
+            reached.touched().len()
+        };
+        let (sparse, sorted_acc) = (&scratch.reached, &scratch.sorted);
+        let reached = |o: usize| {
+            if sorted {
+                sorted_acc.reached(o as u32)
+            } else {
+                sparse.reached(o)
+            }
+        };
         // The unreached labels in ranking order: once one is not kept, none after it can be.
         let mut from_order = 0u32;
         for &o in order {
             let o = o as usize;
-            if reached.reached(o) {
+            if reached(o) {
                 continue;
             }
             let (Some(&label), Some(&b)) = (ids.get(o), bias.get(o)) else {
@@ -227,7 +276,7 @@ where
             cand.offer(&mut scratch.best, k);
         }
         stats.nodes_evaluated = 1;
-        stats.outputs_evaluated = reached.touched().len() as u32 + from_order;
+        stats.outputs_evaluated = n_reached as u32 + from_order;
         stats.postings = postings as u32;
         fill_candidates(scratch);
         stats
@@ -538,9 +587,11 @@ mod tests {
             let mut s = SearchScratch::default();
             let scan = tree.early_stop_search(&qi, &qv, &dense, loss, &limits, &mut s);
             let want = ranked(&s.candidates);
-            // Twice with one scratch: the second query reuses the stamps.
-            for _ in 0..2 {
-                let flat = tree.flat_search(&order, &qi, &qv, &dense, loss, &limits, &mut s);
+            // Twice each with one scratch: the second query reuses the stamps and buffers.
+            for sorted in [false, true, false, true] {
+                let flat = tree.flat_search_with(
+                    &order, &qi, &qv, &dense, loss, &limits, &mut s, sorted,
+                );
                 prop_assert_eq!(ranked(&s.candidates), want.clone());
                 prop_assert_eq!(flat.nodes_evaluated, scan.nodes_evaluated);
                 prop_assert!(flat.outputs_evaluated as usize <= n);
@@ -561,6 +612,46 @@ mod tests {
                 prop_assert_eq!(s.prune_stats().n_blocks as usize, n.div_ceil(1 << shift));
             }
         }
+    }
+
+    /// Outputs past one radix pass of the sorted sums: both ways of summing answer as the scan,
+    /// on queries of one or two features, few enough postings not to be scanned.
+    #[test]
+    fn sorted_sums_over_several_radix_passes_answer_as_the_scan() {
+        let mut summed = 0;
+        for (n, seed) in [(5000, 3), (70_000, 4)] {
+            let tree = random_flat(n, seed, IndexChoice::Rank, false);
+            for loss in [Loss::SquaredHinge, Loss::Logistic] {
+                let order = bias_order(&tree.out_ids, &tree.out_bias, loss);
+                for f in 0..DIM as u32 {
+                    let mut qi = vec![f, (f * 7 + 3) % DIM as u32];
+                    qi.sort_unstable();
+                    qi.dedup();
+                    let qv: Vec<f32> = qi.iter().map(|&j| [-0.5, 0.75][j as usize % 2]).collect();
+                    let mut dense = vec![0.0; DIM + 5];
+                    for (&j, &v) in qi.iter().zip(&qv) {
+                        dense[j as usize] = v;
+                    }
+                    let limits = SearchLimits {
+                        k: 7,
+                        keep: 0,
+                        beam: usize::MAX,
+                        deadline: None,
+                    };
+                    let mut s = SearchScratch::default();
+                    tree.early_stop_search(&qi, &qv, &dense, loss, &limits, &mut s);
+                    let want = ranked(&s.candidates);
+                    for sorted in [true, false] {
+                        let st = tree.flat_search_with(
+                            &order, &qi, &qv, &dense, loss, &limits, &mut s, sorted,
+                        );
+                        assert_eq!(ranked(&s.candidates), want, "n {n}, feature {f}, {loss:?}");
+                        summed += usize::from(sorted && st.postings as usize <= n / SCAN_SHARE);
+                    }
+                }
+            }
+        }
+        assert!(summed > 0, "no query took the sorted sums");
     }
 
     /// Scores spread over a wide range, so that most blocks' bounds fall below the k-th score:

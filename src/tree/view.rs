@@ -35,7 +35,8 @@
 //! that cut the search short; either breaks the exactness guarantee for that query.
 
 use super::chunk::{
-    ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice, PruneScratch, PruneStats, SparseAcc,
+    ChunkError, Chunks, EntryOuts, OUT_SLOTS, OutSlice, PruneScratch, PruneStats, SortedAcc,
+    SparseAcc,
 };
 use crate::linear::{Loss, score_to_log_prob};
 use std::cmp::Ordering;
@@ -107,6 +108,8 @@ pub struct SearchScratch {
     per_depth: Vec<u32>,
     /// The flat scorer's sums over the outputs a query reaches ([`super::flat`]).
     pub(super) reached: SparseAcc,
+    /// The flat scorer's sums when the outputs are too many for a slot each.
+    pub(super) sorted: SortedAcc,
     /// The flat block scorer's buffers (`TreeArrays::flat_prune`).
     pub(super) prune: PruneScratch,
     /// The labels reached, each with its path log-probability.

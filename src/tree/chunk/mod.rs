@@ -90,6 +90,6 @@ mod tests;
 pub use builder::*;
 pub use entry::*;
 pub use layout::*;
-pub use postings::{EntryRunBounds, PruneScratch, PruneStats, SparseAcc};
+pub use postings::{EntryRunBounds, PruneScratch, PruneStats, SortedAcc, SparseAcc};
 pub(crate) use postings::{Link, NONE};
 use score::*;

@@ -73,6 +73,76 @@ impl SparseAcc {
     }
 }
 
+/// Per-output sums for a node with very many outputs, with no state per output: the query's
+/// postings are listed as (output, w · x) in query order, sorted by output with a stable radix
+/// sort, and each output's run is summed from its bias. Each output's sum is then its bias plus
+/// its entries' products in query order, as in [`SparseAcc`] and [`Chunks::score`], so the sums
+/// are the same to the bit; but no posting touches a per-output slot, which for millions of
+/// outputs lies outside the cache. Warm, it allocates nothing.
+#[derive(Clone, Debug, Default)]
+pub struct SortedAcc {
+    items: Vec<(u32, f32)>,
+    spare: Vec<(u32, f32)>,
+    counts: Vec<u32>,
+    /// The outputs reached, increasing, and their sums.
+    outs: Vec<u32>,
+    sums: Vec<f32>,
+}
+
+/// The bits of an output id [`SortedAcc`] sorts by per pass.
+const RADIX_BITS: u32 = 11;
+
+impl SortedAcc {
+    /// Whether the last query reached output `o`.
+    pub fn reached(&self, o: u32) -> bool {
+        self.outs.binary_search(&o).is_ok()
+    }
+
+    /// The number of outputs the last query reached.
+    pub fn n_reached(&self) -> usize {
+        self.outs.len()
+    }
+
+    /// The outputs the last query reached, increasing, with their sums.
+    pub fn reached_sums(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
+        self.outs.iter().copied().zip(self.sums.iter().copied())
+    }
+
+    /// Sorts `items` by output, stably, over the low `bits` bits of the outputs.
+    fn sort(&mut self, bits: u32) {
+        let buckets = 1usize << RADIX_BITS;
+        let mask = (1u32 << RADIX_BITS) - 1;
+        let mut shift = 0;
+        while shift < bits {
+            self.counts.clear();
+            self.counts.resize(buckets, 0);
+            for &(o, _) in &self.items {
+                if let Some(c) = self.counts.get_mut(((o >> shift) & mask) as usize) {
+                    *c += 1;
+                }
+            }
+            let mut total = 0u32;
+            for c in &mut self.counts {
+                let here = *c;
+                *c = total;
+                total += here;
+            }
+            self.spare.clear();
+            self.spare.resize(self.items.len(), (0, 0.0));
+            for &item in &self.items {
+                if let Some(c) = self.counts.get_mut(((item.0 >> shift) & mask) as usize)
+                    && let Some(slot) = self.spare.get_mut(*c as usize)
+                {
+                    *slot = item;
+                    *c += 1;
+                }
+            }
+            std::mem::swap(&mut self.items, &mut self.spare);
+            shift += RADIX_BITS;
+        }
+    }
+}
+
 impl<U, F, O> Chunks<U, F, O>
 where
     U: std::ops::Deref<Target = [u32]>,
@@ -148,6 +218,59 @@ where
             q_val,
             |_, a, b, x| { e.for_range(a, b, |o, w| acc.add(o, w, x, bias)) }
         ));
+    }
+}
+
+impl<U, F, O> Chunks<U, F, O>
+where
+    U: std::ops::Deref<Target = [u32]>,
+    F: std::ops::Deref<Target = [f32]>,
+    O: EntryOuts,
+{
+    /// [`Chunks::add_postings`] into a [`SortedAcc`]: the sums of the outputs that node
+    /// `node`'s entries for the query's features reach, each from its `bias`.
+    pub fn sum_postings_sorted(
+        &self,
+        node: usize,
+        q_idx: &[u32],
+        q_val: &[f32],
+        bias: &[f32],
+        acc: &mut SortedAcc,
+    ) {
+        acc.items.clear();
+        acc.outs.clear();
+        acc.sums.clear();
+        if self.has_rows(node) {
+            return;
+        }
+        let n = bias.len();
+        let items = &mut acc.items;
+        with_entries!(self.entries(), |e| self.for_found(
+            node,
+            q_idx,
+            q_val,
+            |_, a, b, x| {
+                e.for_range(a, b, |o, w| {
+                    if (o as usize) < n {
+                        items.push((o, w * x));
+                    }
+                })
+            }
+        ));
+        let bits = u32::BITS - (n.saturating_sub(1) as u32).leading_zeros();
+        acc.sort(bits);
+        let mut k = 0;
+        while let Some(&(o, _)) = acc.items.get(k) {
+            let mut sum = bias.get(o as usize).copied().unwrap_or(0.0);
+            while let Some(&(p, v)) = acc.items.get(k)
+                && p == o
+            {
+                sum += v;
+                k += 1;
+            }
+            acc.outs.push(o);
+            acc.sums.push(sum);
+        }
     }
 }
 
