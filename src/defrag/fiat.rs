@@ -185,6 +185,9 @@ pub fn co_rows(ds: &Dataset, parts: &[Vec<u32>]) -> CoRows {
 #[derive(Clone, Debug, Default)]
 pub struct ImputeScratch {
     acc: Vec<f32>,
+    /// One bit per feature: set while the feature is in `touched`, so each is listed once even
+    /// when its sum cancels to zero and grows again.
+    marked: Vec<u64>,
     touched: Vec<u32>,
     new: Vec<u32>,
 }
@@ -228,8 +231,14 @@ pub fn impute<U, F>(
     let n = co.n_labels();
     if scratch.acc.len() < n {
         scratch.acc.resize(n, 0.0);
+        scratch.marked.resize(n.div_ceil(64), 0);
     }
-    let ImputeScratch { acc, touched, new } = scratch;
+    let ImputeScratch {
+        acc,
+        marked,
+        touched,
+        new,
+    } = scratch;
     touched.clear();
     for (&j, &x) in idx.iter().zip(val) {
         let j = j as usize;
@@ -243,8 +252,11 @@ pub fn impute<U, F>(
             continue;
         };
         for (&i, &c) in ci.iter().zip(cv) {
-            if let Some(slot) = acc.get_mut(i as usize) {
-                if *slot == 0.0 {
+            let i_at = i as usize;
+            if let (Some(slot), Some(word)) = (acc.get_mut(i_at), marked.get_mut(i_at / 64)) {
+                let bit = 1u64 << (i % 64);
+                if *word & bit == 0 {
+                    *word |= bit;
                     touched.push(i);
                 }
                 *slot += weight * c * x;
@@ -260,6 +272,8 @@ pub fn impute<U, F>(
         out_val.push(x + add);
     }
     // The features it lacks: the largest new entries, at most `max_terms`.
+    // `touched` lists each feature once, and the order below is total, so which entries are
+    // kept does not depend on the order they were found in; only the kept ones are sorted.
     new.clear();
     new.extend(
         touched
@@ -267,8 +281,6 @@ pub fn impute<U, F>(
             .copied()
             .filter(|&i| acc[i as usize] != 0.0 && acc[i as usize].is_finite()),
     );
-    new.sort_unstable();
-    new.dedup();
     if new.len() > max_terms {
         let by_size = |a: &u32, b: &u32| {
             acc[*b as usize]
@@ -278,8 +290,8 @@ pub fn impute<U, F>(
         };
         new.select_nth_unstable_by(max_terms, by_size);
         new.truncate(max_terms);
-        new.sort_unstable();
     }
+    new.sort_unstable();
     // Merge the kept new entries into the ascending ids.
     let kept = out_idx.len();
     for &i in new.iter() {
@@ -288,6 +300,9 @@ pub fn impute<U, F>(
     }
     for &i in touched.iter() {
         acc[i as usize] = 0.0;
+        if let Some(word) = marked.get_mut(i as usize / 64) {
+            *word = 0;
+        }
     }
     touched.clear();
     if !new.is_empty() && kept > 0 {
@@ -480,6 +495,34 @@ mod tests {
         };
         impute(&bad, &[0], &[1.0], 1.0, 5, false, &mut s, &mut i, &mut v);
         assert_eq!((i, v), (vec![0], vec![1.0]));
+    }
+
+    #[test]
+    fn a_new_term_that_cancels_and_grows_again_is_kept_once_and_ties_go_to_the_lower_id() {
+        // Features 0, 1 and 2 each reach 5; 0 and 1 cancel there before 2 adds to it. Feature 2
+        // also reaches 3 and 4 equally, with 4 ahead of 3 in its row.
+        let co = LabelRows {
+            start: vec![0u32, 1, 2, 5, 5, 5, 5],
+            idx: vec![5u32, 5, 5, 4, 3],
+            val: vec![1.0f32, -1.0, 0.5, 0.25, 0.25],
+        };
+        let mut s = ImputeScratch::default();
+        let (mut i, mut v) = (Vec::new(), Vec::new());
+        impute(
+            &co,
+            &[0, 1, 2],
+            &[1.0, 1.0, 1.0],
+            1.0,
+            2,
+            false,
+            &mut s,
+            &mut i,
+            &mut v,
+        );
+        assert_eq!(i, vec![0, 1, 2, 3, 5]);
+        assert_eq!(v, vec![1.0, 1.0, 1.0, 0.25, 0.5]);
+        assert!(s.acc.iter().all(|&a| a == 0.0));
+        assert!(s.marked.iter().all(|&m| m == 0), "the marks are cleared");
     }
 
     #[test]
