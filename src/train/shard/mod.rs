@@ -740,23 +740,15 @@ impl Shard {
         for c in &self.columns {
             starts.push(starts[starts.len() - 1] + c.indices.len() as u64);
         }
-        let indices: Vec<u32> = self
-            .columns
-            .iter()
-            .flat_map(|c| c.indices.iter().copied())
-            .collect();
-        let values: Vec<f32> = self
-            .columns
-            .iter()
-            .flat_map(|c| c.values.iter().copied())
-            .collect();
+        // The weights go out column by column, not copied into one array first: a shard's
+        // columns are its share of the model, and a second copy would double it.
         let mut w = BundleWriter::new();
         w.add_json(SHARD, &self.meta)?;
         w.add_u32(COLUMNS, &ids)?;
         w.add_f32(BIAS, &bias)?;
         w.add_u64(STARTS, &starts)?;
-        w.add_u32(INDICES, &indices)?;
-        w.add_f32(VALUES, &values)?;
+        w.add_u32_parts(INDICES, self.columns.iter().map(|c| c.indices.as_slice()))?;
+        w.add_f32_parts(VALUES, self.columns.iter().map(|c| c.values.as_slice()))?;
         Ok(w.write_atomic(path)?)
     }
 }
