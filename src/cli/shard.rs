@@ -215,9 +215,8 @@ fn shard(args: ShardArgs) -> anyhow::Result<()> {
         false,
     )?;
     let read_s = start.elapsed().as_secs_f64();
-    let mut shard = Shard::train(&plan, &ds, index, args.of)?;
-    // The data is not needed to write the shard; its memory goes before the file is written.
-    drop(ds);
+    // The shard takes the data, and its memory goes before the file is written.
+    let mut shard = Shard::train(&plan, ds, index, args.of)?;
     shard.meta.seconds.insert("read".into(), read_s);
     let out = PathBuf::from(args.out.replace("{index}", &index.to_string()));
     let bytes = shard.write(&out)?;

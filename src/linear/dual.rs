@@ -101,7 +101,7 @@ impl Workspace {
 
     /// w·xᵢ + w₀.
     #[inline]
-    pub fn margin(&self, p: &Problem, i: usize) -> f64 {
+    pub fn margin(&self, p: &Problem<'_>, i: usize) -> f64 {
         let row = p.row(i);
         let w = &self.w[..];
         // Four partial sums: one chain of dependent additions would make this loop, the
@@ -123,7 +123,7 @@ impl Workspace {
 
     /// Applies αᵢ += delta, keeping v and w = prox_λ(v) in step.
     #[inline]
-    pub fn apply(&mut self, p: &Problem, i: usize, delta: f64, l1: f64) {
+    pub fn apply(&mut self, p: &Problem<'_>, i: usize, delta: f64, l1: f64) {
         self.alpha[i] += delta;
         let dy = delta * self.y(i);
         self.v0 += dy;
@@ -178,7 +178,7 @@ impl Workspace {
     }
 
     /// Exact scores w·xᵢ + w₀ of every row into `score`, through X's columns.
-    pub fn all_scores(&mut self, p: &Problem) {
+    pub fn all_scores(&mut self, p: &Problem<'_>) {
         self.clear_scores();
         self.score_dirty = true;
         let v0 = self.v0;
@@ -412,7 +412,7 @@ pub(crate) fn step(loss: Loss, c: f64, a: f64, ys: f64, q: f64) -> f64 {
 /// adds to `updates` the coordinate steps taken.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn descend(
-    p: &Problem,
+    p: &Problem<'_>,
     ws: &mut Workspace,
     set: &[u32],
     working: &mut Vec<u32>,

@@ -204,9 +204,9 @@ pub fn score_to_log_prob(loss: Loss, s: f32) -> f32 {
     }
 }
 
-/// X in both orientations, shared by every column of one call. It owns its copies, so the caller
-/// need not keep a row-major copy of its own.
-pub(crate) struct Problem {
+/// X in both orientations, shared by every column of one call. It owns its column-major copy,
+/// and its rows either as a packed copy of its own or borrowed from a [`PackedRows`] store.
+pub(crate) struct Problem<'a> {
     n: usize,
     d: usize,
     nnz: usize,
@@ -217,11 +217,32 @@ pub(crate) struct Problem {
     pub col_vals: Vec<f32>,
     /// ‖x̂ᵢ‖² = ‖xᵢ‖² + 1 (the bias feature).
     pub q_diag: Vec<f64>,
-    /// X's rows, packed for the coordinate steps: row i is
-    /// `row_entries[row_start[i]..row_start[i + 1]]`, each feature beside its value, so that a
-    /// step on a random row reads one contiguous run instead of three arrays.
-    pub row_start: Vec<usize>,
-    pub row_entries: Vec<Entry>,
+    rows: Rows<'a>,
+}
+
+/// X's rows, packed for the coordinate steps: each feature beside its value, so that a step on a
+/// random row reads one contiguous run instead of three arrays.
+enum Rows<'a> {
+    /// A copy of the rows: row i is `entries[start[i]..start[i + 1]]`.
+    Own {
+        start: Vec<usize>,
+        entries: Vec<Entry>,
+    },
+    /// Rows `ids` of a store, in the store's column ids.
+    Shared {
+        store: &'a PackedRows,
+        ids: &'a [u32],
+    },
+}
+
+impl Rows<'_> {
+    #[inline]
+    fn row(&self, i: usize) -> &[Entry] {
+        match self {
+            Rows::Own { start, entries } => &entries[start[i]..start[i + 1]],
+            Rows::Shared { store, ids } => store.row(ids[i] as usize),
+        }
+    }
 }
 
 /// One non-zero of a packed row: a feature id and its value.
@@ -231,23 +252,84 @@ pub(crate) struct Entry {
     pub x: f32,
 }
 
-impl Problem {
-    fn new(x: &SparseMatrix) -> Result<Self, SolverError> {
-        Self::build(x.rows(), x.cols(), |i| crate::data::row_slices(x, i), |j| j)
+/// A data set's feature rows packed once, so that the problem of a node over many of the points
+/// can borrow its rows instead of copying them ([`train_columns_of_packed`]).
+#[derive(Debug)]
+pub struct PackedRows {
+    cols: usize,
+    start: Vec<usize>,
+    entries: Vec<Entry>,
+}
+
+impl PackedRows {
+    /// Packs the rows of `x` (CSR), taking it so that its memory goes once packed. A non-finite
+    /// value is refused, with its row.
+    pub fn of(x: SparseMatrix) -> Result<PackedRows, SolverError> {
+        let mut start = Vec::with_capacity(x.rows() + 1);
+        let mut entries = Vec::with_capacity(x.nnz());
+        start.push(0);
+        for i in 0..x.rows() {
+            let (idx, val) = crate::data::row_slices(&x, i);
+            for (&j, &v) in idx.iter().zip(val) {
+                if !v.is_finite() {
+                    return Err(SolverError::NonFinite { row: i });
+                }
+                entries.push(Entry { j, x: v });
+            }
+            start.push(entries.len());
+        }
+        Ok(PackedRows {
+            cols: x.cols(),
+            start,
+            entries,
+        })
     }
 
-    /// The rows `rows` of `x` over only the columns they use, renumbered `0..k` in increasing
-    /// order, with the map from new column ids to old ones. A node's problem then has a weight
-    /// vector of its own features, not of all of them: the solver's gathers and scatters hit a
-    /// small, cache-resident array. Renumbering keeps the features' order, so the solver's
-    /// arithmetic is the same as over the rows copied out with their own ids.
-    fn of_rows(x: &SparseMatrix, rows: &[u32]) -> Result<(Self, Vec<u32>), SolverError> {
-        let row = |i: usize| crate::data::row_slices(x, rows[i] as usize);
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// The number of columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    #[inline]
+    fn row(&self, i: usize) -> &[Entry] {
+        &self.entries[self.start[i]..self.start[i + 1]]
+    }
+}
+
+/// A selection of at least 1/`SHARED_ROWS` of a store's rows borrows them
+/// ([`train_columns_of_packed`]): over most of the points, a copy of its own would cost nearly the
+/// whole data set again, and compacting the columns saves little.
+const SHARED_ROWS: usize = 8;
+
+impl Problem<'static> {
+    fn new(x: &SparseMatrix) -> Result<Self, SolverError> {
+        Self::build(x.rows(), x.cols(), |i| csr_row(x, i), |j| j)
+    }
+
+    /// The rows of `x` that `row(i)` gives (its i-th selected row) over only the columns they
+    /// use, renumbered `0..k` in increasing order, with the map from new column ids to old ones.
+    /// A node's problem then has a weight vector of its own features, not of all `cols`: the
+    /// solver's gathers and scatters hit a small, cache-resident array. Renumbering keeps the
+    /// features' order, so the solver's arithmetic is the same as over the rows with their own
+    /// ids.
+    fn of_rows<I>(
+        n: usize,
+        cols: usize,
+        row: impl Fn(usize) -> I,
+    ) -> Result<(Self, Vec<u32>), SolverError>
+    where
+        I: ExactSizeIterator<Item = (u32, f32)>,
+    {
         // new_id[j] = 1 + the new id of column j, or 0 while j is unseen.
-        let mut new_id = vec![0u32; x.cols()];
+        let mut new_id = vec![0u32; cols];
         let mut used = Vec::new();
-        for i in 0..rows.len() {
-            for &j in row(i).0 {
+        for i in 0..n {
+            for (j, _) in row(i) {
                 if new_id[j as usize] == 0 {
                     new_id[j as usize] = 1;
                     used.push(j);
@@ -256,41 +338,62 @@ impl Problem {
         }
         used.sort_unstable();
         for (k, &j) in used.iter().enumerate() {
-            // At most x.cols() ≤ u32::MAX + 1 columns, so k + 1 fits.
+            // At most cols ≤ u32::MAX + 1 columns, so k + 1 fits.
             new_id[j as usize] = k as u32 + 1;
         }
-        let problem = Self::build(rows.len(), used.len(), row, |j| new_id[j as usize] - 1)?;
+        let problem = Self::build(n, used.len(), row, |j| new_id[j as usize] - 1)?;
         Ok((problem, used))
     }
 
     /// Packs n rows over d columns, row i given by `row(i)` with its column ids mapped by `id`
     /// (increasing ids to increasing ids).
-    fn build<'x>(
+    fn build<I>(
         n: usize,
         d: usize,
-        row: impl Fn(usize) -> (&'x [u32], &'x [f32]),
+        row: impl Fn(usize) -> I,
         id: impl Fn(u32) -> u32,
-    ) -> Result<Self, SolverError> {
-        let mut q_diag = Vec::with_capacity(n);
-        let mut counts = vec![0usize; d + 1];
-        let mut row_start = Vec::with_capacity(n + 1);
-        let nnz = (0..n).map(|i| row(i).0.len()).sum();
-        let mut row_entries = Vec::with_capacity(nnz);
-        row_start.push(0);
+    ) -> Result<Self, SolverError>
+    where
+        I: ExactSizeIterator<Item = (u32, f32)>,
+    {
+        let mut start = Vec::with_capacity(n + 1);
+        let nnz = (0..n).map(|i| row(i).len()).sum();
+        let mut entries = Vec::with_capacity(nnz);
+        start.push(0);
         for i in 0..n {
-            let (idx, val) = row(i);
-            let mut sq = 1.0f64;
-            for (&j, &v) in idx.iter().zip(val) {
+            for (j, v) in row(i) {
                 if !v.is_finite() {
                     return Err(SolverError::NonFinite { row: i });
                 }
-                let j = id(j);
-                sq += f64::from(v) * f64::from(v);
-                counts[j as usize + 1] += 1;
-                row_entries.push(Entry { j, x: v });
+                entries.push(Entry { j: id(j), x: v });
             }
+            start.push(entries.len());
+        }
+        Ok(Problem::with_rows(n, d, Rows::Own { start, entries }))
+    }
+}
+
+impl<'a> Problem<'a> {
+    /// The rows `ids` of `store`, borrowed, over the store's columns (its values were checked when
+    /// it was packed).
+    fn shared(store: &'a PackedRows, ids: &'a [u32]) -> Self {
+        Problem::with_rows(ids.len(), store.cols(), Rows::Shared { store, ids })
+    }
+
+    /// The column-major copy and the squared norms of `rows` (n rows over d columns).
+    fn with_rows(n: usize, d: usize, rows: Rows<'a>) -> Self {
+        let mut q_diag = Vec::with_capacity(n);
+        let mut counts = vec![0usize; d + 1];
+        let mut nnz = 0;
+        for i in 0..n {
+            let row = rows.row(i);
+            let mut sq = 1.0f64;
+            for e in row {
+                sq += f64::from(e.x) * f64::from(e.x);
+                counts[e.j as usize + 1] += 1;
+            }
+            nnz += row.len();
             q_diag.push(sq);
-            row_start.push(row_entries.len());
         }
         for j in 0..d {
             counts[j + 1] += counts[j];
@@ -299,8 +402,8 @@ impl Problem {
         let mut fill = col_start.clone();
         let mut col_rows = vec![0u32; nnz];
         let mut col_vals = vec![0f32; nnz];
-        for (i, w) in row_start.windows(2).enumerate() {
-            for e in &row_entries[w[0]..w[1]] {
+        for i in 0..n {
+            for e in rows.row(i) {
                 let p = &mut fill[e.j as usize];
                 col_rows[*p] = i as u32;
                 col_vals[*p] = e.x;
@@ -323,7 +426,7 @@ impl Problem {
                 }
             }
         }
-        Ok(Problem {
+        Problem {
             n,
             d,
             nnz,
@@ -331,15 +434,14 @@ impl Problem {
             col_rows,
             col_vals,
             q_diag,
-            row_start,
-            row_entries,
-        })
+            rows,
+        }
     }
 
     /// Row i, packed.
     #[inline]
     pub fn row(&self, i: usize) -> &[Entry] {
-        &self.row_entries[self.row_start[i]..self.row_start[i + 1]]
+        self.rows.row(i)
     }
 
     pub fn n(&self) -> usize {
@@ -354,6 +456,12 @@ impl Problem {
     pub fn nnz(&self) -> usize {
         self.nnz
     }
+}
+
+/// Row i of the CSR matrix `x` as (column, value) pairs.
+fn csr_row(x: &SparseMatrix, i: usize) -> impl ExactSizeIterator<Item = (u32, f32)> + '_ {
+    let (idx, val) = crate::data::row_slices(x, i);
+    idx.iter().copied().zip(val.iter().copied())
 }
 
 fn check_params(p: &SolverParams) -> Result<(), SolverError> {
@@ -429,25 +537,71 @@ pub fn train_columns_of_rows(
     number: impl Fn(usize) -> u64 + Sync,
     first_empty: u64,
 ) -> Result<Vec<LinearColumn>, SolverError> {
+    check_selection(params, positives, rows, x.rows())?;
+    let (problem, features) =
+        Problem::of_rows(rows.len(), x.cols(), |i| csr_row(x, rows[i] as usize))?;
+    let columns = train_problem(&problem, positives, params, number, first_empty);
+    drop(problem);
+    Ok(in_ids(columns, &features))
+}
+
+/// [`train_columns_of_rows`] over the rows `rows` of `store`, with the same columns as a result.
+/// A selection of at least 1/8 of the store's rows borrows them rather than copying them, so that
+/// the problem of a node over most of the points holds only its column-major copy.
+pub fn train_columns_of_packed(
+    store: &PackedRows,
+    rows: &[u32],
+    positives: &[Vec<u32>],
+    params: &SolverParams,
+    number: impl Fn(usize) -> u64 + Sync,
+    first_empty: u64,
+) -> Result<Vec<LinearColumn>, SolverError> {
+    check_selection(params, positives, rows, store.rows())?;
+    if rows.len() * SHARED_ROWS >= store.rows() {
+        let problem = Problem::shared(store, rows);
+        return Ok(train_problem(
+            &problem,
+            positives,
+            params,
+            number,
+            first_empty,
+        ));
+    }
+    let packed_row = |i: usize| store.row(rows[i] as usize).iter().map(|e| (e.j, e.x));
+    let (problem, features) = Problem::of_rows(rows.len(), store.cols(), packed_row)?;
+    let columns = train_problem(&problem, positives, params, number, first_empty);
+    drop(problem);
+    Ok(in_ids(columns, &features))
+}
+
+/// The checks of a call that trains on the rows `rows` (increasing, each below `n`) of a matrix.
+fn check_selection(
+    params: &SolverParams,
+    positives: &[Vec<u32>],
+    rows: &[u32],
+    n: usize,
+) -> Result<(), SolverError> {
     check_params(params)?;
     check_positives(positives, rows.len())?;
     let increasing = rows.windows(2).all(|w| w[0] < w[1]);
-    if !increasing || rows.last().is_some_and(|&r| r as usize >= x.rows()) {
-        return Err(SolverError::BadSelection { rows: x.rows() });
+    if !increasing || rows.last().is_some_and(|&r| r as usize >= n) {
+        return Err(SolverError::BadSelection { rows: n });
     }
-    let (problem, features) = Problem::of_rows(x, rows)?;
-    let mut columns = train_problem(&problem, positives, params, number, first_empty);
-    drop(problem);
+    Ok(())
+}
+
+/// `columns` trained over renumbered features, in the original ids (`features[new id]`).
+fn in_ids(mut columns: Vec<LinearColumn>, features: &[u32]) -> Vec<LinearColumn> {
     for column in &mut columns {
         for j in &mut column.indices {
             *j = features[*j as usize];
         }
     }
-    Ok(columns)
+    columns
 }
 
 fn train_problem(
-    problem: &Problem,
+    problem: &Problem<'_>,
     positives: &[Vec<u32>],
     params: &SolverParams,
     number: impl Fn(usize) -> u64 + Sync,
@@ -469,7 +623,7 @@ fn train_problem(
 }
 
 fn solve_column(
-    problem: &Problem,
+    problem: &Problem<'_>,
     positives: &[u32],
     params: &SolverParams,
     seed: u64,

@@ -40,7 +40,7 @@ const INNER_EPOCHS: usize = 10;
 const GROWING_EPOCHS: usize = 3;
 
 pub(crate) fn solve(
-    p: &Problem,
+    p: &Problem<'_>,
     positives: &[u32],
     params: &SolverParams,
     seed: u64,
@@ -227,7 +227,7 @@ fn sparsify(ws: &Workspace, rng: &mut ChaCha8Rng, out: &mut Vec<(u32, f64)>, exa
 /// below `search_eps`), and collects the violators outside the active set as (C·loss, row).
 /// Returns C·Σ ℓ over all samples outside the active set, as far as w̃ tells.
 fn search(
-    p: &Problem,
+    p: &Problem<'_>,
     ws: &mut Workspace,
     wtilde: &[(u32, f64)],
     params: &SolverParams,
@@ -287,7 +287,7 @@ fn search(
 /// supp(w̃). A row's score is a gather with independent partial sums, while the column walk
 /// scatters into per-row accumulators and tracks which rows it reached: at equal non-zeros the
 /// scatter costs about twice as much, so rows win once supp(w̃) covers half of X.
-fn rows_cheaper(p: &Problem, wtilde: &[(u32, f64)]) -> bool {
+fn rows_cheaper(p: &Problem<'_>, wtilde: &[(u32, f64)]) -> bool {
     let walked: usize = wtilde
         .iter()
         .map(|&(j, _)| p.col_start[j as usize + 1] - p.col_start[j as usize])
@@ -299,7 +299,7 @@ fn rows_cheaper(p: &Problem, wtilde: &[(u32, f64)]) -> bool {
 /// non-zeros, with no §5.3 truncation. Collects the violators as (C·loss, row) and returns
 /// C·Σ ℓ outside the active set, as [`search`] does.
 fn search_rows(
-    p: &Problem,
+    p: &Problem<'_>,
     ws: &Workspace,
     params: &SolverParams,
     theta: f64,

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub(crate) fn solve(
-    p: &Problem,
+    p: &Problem<'_>,
     positives: &[u32],
     params: &SolverParams,
     seed: u64,

@@ -15,7 +15,8 @@ use super::layout::TreeLayout;
 use super::view::TreeArrays;
 use crate::data::{Dataset, SparseMatrix, row_slices};
 use crate::linear::{
-    LinearColumn, SolverError, SolverParams, score_to_log_prob, train_columns_of_rows,
+    LinearColumn, PackedRows, SolverError, SolverParams, score_to_log_prob,
+    train_columns_of_packed, train_columns_of_rows,
 };
 use rayon::prelude::*;
 use thiserror::Error;
@@ -78,17 +79,17 @@ pub(crate) fn local_positions(all: &[u32], subset: &[u32]) -> Vec<u32> {
 /// points (sorted): a leaf's labels, or an internal node's children, whose points are `tfn[c]`.
 fn node_positives(
     layout: &TreeLayout,
-    ds: &Dataset,
+    labels: &SparseMatrix,
     node: usize,
     rows: &[u32],
     tfn: &[Vec<u32>],
 ) -> Vec<Vec<u32>> {
     if layout.is_leaf(node) {
-        let labels = layout.labels_of(node);
-        let mut pos = vec![Vec::new(); labels.len()];
+        let own = layout.labels_of(node);
+        let mut pos = vec![Vec::new(); own.len()];
         for (local, &r) in rows.iter().enumerate() {
-            for &l in ds.label_row(r as usize) {
-                if let Ok(k) = labels.binary_search_by_key(&l, |id| id.0) {
+            for &l in row_slices(labels, r as usize).0 {
+                if let Ok(k) = own.binary_search_by_key(&l, |id| id.0) {
                     pos[k].push(local as u32);
                 }
             }
@@ -116,10 +117,22 @@ pub enum Negatives {
     },
 }
 
-/// One node's classifiers over `rows` (sorted point ids), in the original feature ids: all of
-/// them, or only the outputs `outputs` (increasing output numbers below the node's count).
-fn train_node(
-    ds: &Dataset,
+/// Where a node's problem reads the points' features from.
+#[derive(Clone, Copy)]
+pub(crate) enum NodeFeatures<'a> {
+    /// The data's CSR matrix: every node copies its rows.
+    Csr(&'a SparseMatrix),
+    /// The data's rows packed once: a node over many of the points borrows them.
+    Packed(&'a PackedRows),
+}
+
+/// One node's classifiers over `rows` (sorted point ids) from the data's `labels` and
+/// `features`, in the original feature ids: all of them, or only the outputs `outputs`
+/// (increasing output numbers below the node's count).
+#[allow(clippy::too_many_arguments)]
+fn train_node_on(
+    labels: &SparseMatrix,
+    features: NodeFeatures<'_>,
     layout: &TreeLayout,
     solver: &SolverParams,
     node: usize,
@@ -127,7 +140,7 @@ fn train_node(
     tfn: &[Vec<u32>],
     outputs: Option<&[u32]>,
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
-    let mut positives = node_positives(layout, ds, node, rows, tfn);
+    let mut positives = node_positives(layout, labels, node, rows, tfn);
     let first_empty = positives.iter().position(Vec::is_empty).unwrap_or(0) as u64;
     if let Some(outputs) = outputs {
         positives = outputs
@@ -136,23 +149,42 @@ fn train_node(
             .collect();
     }
     let number = |j: usize| outputs.map_or(j as u64, |o| u64::from(o[j]));
-    train_columns_of_rows(&ds.features, rows, &positives, solver, number, first_empty)
-        .map_err(|source| TreeTrainError::Solver { node, source })
+    match features {
+        NodeFeatures::Csr(x) => {
+            train_columns_of_rows(x, rows, &positives, solver, number, first_empty)
+        }
+        NodeFeatures::Packed(store) => {
+            train_columns_of_packed(store, rows, &positives, solver, number, first_empty)
+        }
+    }
+    .map_err(|source| TreeTrainError::Solver { node, source })
 }
 
 /// The classifiers of the outputs `outputs` (increasing, each below the node's output count) of
-/// `node`, over its teacher-forced points `tfn` ([`TreeLayout::points_per_node`]): each one the
-/// same as [`train_tree`] trains with [`Negatives::TeacherForced`], so that processes can share a
-/// tree's nodes and outputs between them.
+/// `node`, over its teacher-forced points `tfn` ([`TreeLayout::points_per_node`]) with the data's
+/// `labels` and `features`: each one the same as [`train_tree`] trains with
+/// [`Negatives::TeacherForced`], so that processes can share a tree's nodes and outputs between
+/// them.
 pub(crate) fn train_node_outputs(
-    ds: &Dataset,
+    labels: &SparseMatrix,
+    features: NodeFeatures<'_>,
     layout: &TreeLayout,
     solver: &SolverParams,
     node: usize,
     outputs: &[u32],
     tfn: &[Vec<u32>],
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
-    train_node(ds, layout, solver, node, &tfn[node], tfn, Some(outputs))
+    let rows = &tfn[node];
+    train_node_on(
+        labels,
+        features,
+        layout,
+        solver,
+        node,
+        rows,
+        tfn,
+        Some(outputs),
+    )
 }
 
 /// Which nodes' teacher-forced point lists [`train_node_outputs`] reads to train `nodes`: each
@@ -184,7 +216,9 @@ pub fn train_tree(
         Negatives::TeacherForced => (0..layout.n_nodes())
             .into_par_iter()
             .map(|node| {
-                let cols = train_node(ds, layout, solver, node, &tfn[node], &tfn, None);
+                let x = NodeFeatures::Csr(&ds.features);
+                let cols =
+                    train_node_on(&ds.labels, x, layout, solver, node, &tfn[node], &tfn, None);
                 on_node_done();
                 cols
             })
@@ -227,7 +261,8 @@ fn train_with_matcher(
             .into_par_iter()
             .map(|node| {
                 let rows = union_sorted(&tfn[node], reached[node].iter().map(|&(p, _)| p));
-                let cols = train_node(ds, layout, solver, node, &rows, tfn, None);
+                let x = NodeFeatures::Csr(&ds.features);
+                let cols = train_node_on(&ds.labels, x, layout, solver, node, &rows, tfn, None);
                 on_node_done();
                 cols
             })

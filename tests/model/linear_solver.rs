@@ -230,21 +230,23 @@ fn labels_with_no_positives_share_the_first_ones_solution_wherever_they_are_trai
     assert_eq!(of_rows(0, 1)[0], whole[0]);
 }
 
-#[test]
-fn training_on_selected_rows_is_training_on_those_rows_alone() {
-    let ds = synthetic();
-    let p = SolverParams::DEFAULT;
-    let rows: Vec<u32> = (0..ds.n_points() as u32).filter(|i| i % 3 != 1).collect();
-    let all = positives(&ds, &[0, 5, 9]);
-    // Each label's positives among the selected rows, as positions in `rows`.
-    let pos: Vec<Vec<u32>> = all
-        .iter()
+/// Each column's positives among the selected rows `rows`, as positions in `rows`.
+fn positions_in(rows: &[u32], all: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    all.iter()
         .map(|col| {
             col.iter()
                 .filter_map(|r| rows.binary_search(r).ok().map(|k| k as u32))
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn training_on_selected_rows_is_training_on_those_rows_alone() {
+    let ds = synthetic();
+    let p = SolverParams::DEFAULT;
+    let rows: Vec<u32> = (0..ds.n_points() as u32).filter(|i| i % 3 != 1).collect();
+    let pos = positions_in(&rows, &positives(&ds, &[0, 5, 9]));
     let cols =
         linear::train_columns_of_rows(&ds.features, &rows, &pos, &p, |j| j as u64, 0).unwrap();
     // The same rows copied out, over the same feature ids.
@@ -261,6 +263,39 @@ fn training_on_selected_rows_is_training_on_those_rows_alone() {
     assert_eq!(cols, alone);
     let bad = linear::train_columns_of_rows(&ds.features, &[3, 2], &[], &p, |j| j as u64, 0);
     assert!(matches!(bad, Err(linear::SolverError::BadSelection { .. })));
+}
+
+#[test]
+fn training_on_rows_of_a_packed_store_is_training_on_them_copied_out() {
+    let ds = synthetic();
+    let p = SolverParams::DEFAULT;
+    let n = ds.n_points() as u32;
+    let store = linear::PackedRows::of(ds.features.clone()).unwrap();
+    assert_eq!(
+        (store.rows(), store.cols()),
+        (ds.n_points(), ds.features.cols())
+    );
+    let all = positives(&ds, &[0, 5, 9]);
+    // Most of the rows (borrowed from the store) and a few of them (copied over their own
+    // columns): either way the columns `train_columns_of_rows` trains on the CSR matrix.
+    for rows in [
+        (0..n).filter(|i| i % 3 != 1).collect::<Vec<u32>>(),
+        (0..n).filter(|i| i % 17 == 4).collect(),
+    ] {
+        let pos = positions_in(&rows, &all);
+        let number = |j: usize| 3 + j as u64;
+        let csr = linear::train_columns_of_rows(&ds.features, &rows, &pos, &p, number, 1).unwrap();
+        let packed = linear::train_columns_of_packed(&store, &rows, &pos, &p, number, 1).unwrap();
+        assert_eq!(packed, csr, "{} of {n} rows", rows.len());
+    }
+    let bad = linear::train_columns_of_packed(&store, &[n], &[], &p, |j| j as u64, 0);
+    assert!(matches!(bad, Err(linear::SolverError::BadSelection { .. })));
+    let mut nan = ds.features.clone();
+    nan.data_mut()[0] = f32::NAN;
+    assert!(matches!(
+        linear::PackedRows::of(nan),
+        Err(linear::SolverError::NonFinite { row: 0 })
+    ));
 }
 
 #[test]

@@ -20,10 +20,12 @@ use super::{TrainError, TrainInputs, bp};
 use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions, Section};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId};
-use crate::linear::LinearColumn;
+use crate::linear::{LinearColumn, PackedRows};
 use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
-use crate::tree::train::{TrainedColumn, TreeTrainError, point_lists_read, train_node_outputs};
+use crate::tree::train::{
+    NodeFeatures, TrainedColumn, TreeTrainError, point_lists_read, train_node_outputs,
+};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -665,8 +667,10 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// Trains shard `index` of `of` of `plan` on `ds` (rows normalized as the plan's config says).
-    pub fn train(plan: &Plan, ds: &Dataset, index: usize, of: usize) -> Result<Shard, ShardError> {
+    /// Trains shard `index` of `of` of `plan` on `ds` (rows normalized as the plan's config says),
+    /// which it takes: without BP its features are packed once, and the problems of nodes over
+    /// many of the points borrow those rows instead of copying them.
+    pub fn train(plan: &Plan, ds: Dataset, index: usize, of: usize) -> Result<Shard, ShardError> {
         if of == 0 || index >= of {
             return Err(ShardError::Shards(format!(
                 "shard index {index} is not below the shard count {of}"
@@ -689,12 +693,24 @@ impl Shard {
         // One model at a time: its data set (BP's router or block data), the points reaching
         // each of its nodes, then its nodes' problems in parallel.
         let bp = plan.bp.as_ref();
+        let (ds, store) = match bp {
+            Some(_) => (ds, None),
+            None => {
+                let Dataset { features, labels } = ds;
+                let shape = (features.rows(), features.cols());
+                let store = PackedRows::of(features).map_err(|e| {
+                    ShardError::Train(TrainError::Data(format!("the features: {e}")))
+                })?;
+                let features = crate::data::SparseMatrix::zero(shape);
+                (Dataset { features, labels }, Some(store))
+            }
+        };
         let mut ids = Vec::new();
         let mut columns = Vec::new();
         for model in groups.chunk_by(|a, b| a.0.0 == b.0.0) {
             let t = model[0].0.0;
-            let own = model_data(ds, bp, t);
-            let d = own.as_ref().unwrap_or(ds);
+            let own = model_data(&ds, bp, t);
+            let d = own.as_ref().unwrap_or(&ds);
             let layout = &plan.layouts[t];
             // Only the point lists this shard's nodes train on.
             let read = point_lists_read(layout, model.iter().map(|&((_, node), _)| node));
@@ -706,7 +722,11 @@ impl Shard {
             let trained: Vec<Vec<LinearColumn>> = model
                 .par_iter()
                 .map(|((_, node), outs)| {
-                    train_node_outputs(d, layout, &solver, *node, outs, &tfn)
+                    let features = match &store {
+                        Some(store) => NodeFeatures::Packed(store),
+                        None => NodeFeatures::Csr(&d.features),
+                    };
+                    train_node_outputs(&d.labels, features, layout, &solver, *node, outs, &tfn)
                         .map_err(|source| model_error(bp, t, source))
                 })
                 .collect::<Result<_, _>>()?;
