@@ -262,9 +262,10 @@ pub struct PackedRows {
 }
 
 impl PackedRows {
-    /// Packs the rows of `x` (CSR), taking it so that its memory goes once packed. A non-finite
-    /// value is refused, with its row.
+    /// Packs the rows of `x`, taking it so that its memory goes once packed (a CSC matrix is
+    /// turned to CSR first). A non-finite value is refused, with its row.
     pub fn of(x: SparseMatrix) -> Result<PackedRows, SolverError> {
+        let x = if x.is_csr() { x } else { x.to_csr() };
         let mut start = Vec::with_capacity(x.rows() + 1);
         let mut entries = Vec::with_capacity(x.nnz());
         start.push(0);

@@ -288,6 +288,14 @@ fn training_on_rows_of_a_packed_store_is_training_on_them_copied_out() {
         let packed = linear::train_columns_of_packed(&store, &rows, &pos, &p, number, 1).unwrap();
         assert_eq!(packed, csr, "{} of {n} rows", rows.len());
     }
+    // A CSC matrix packs to the same rows.
+    let from_csc = linear::PackedRows::of(ds.features.to_csc()).unwrap();
+    let rows: Vec<u32> = (0..n).collect();
+    let pos = positions_in(&rows, &all);
+    assert_eq!(
+        linear::train_columns_of_packed(&from_csc, &rows, &pos, &p, |j| j as u64, 0).unwrap(),
+        linear::train_columns_of_packed(&store, &rows, &pos, &p, |j| j as u64, 0).unwrap()
+    );
     let bad = linear::train_columns_of_packed(&store, &[n], &[], &p, |j| j as u64, 0);
     assert!(matches!(bad, Err(linear::SolverError::BadSelection { .. })));
     let mut nan = ds.features.clone();
