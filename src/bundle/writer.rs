@@ -24,12 +24,11 @@ use super::format::{
     name_problem,
 };
 
-/// One section waiting to be written: its bytes are its parts, one after the other.
+/// One section waiting to be written.
 struct Pending<'a> {
     name: String,
     dtype: Dtype,
-    parts: Vec<Cow<'a, [u8]>>,
-    len: usize,
+    data: Cow<'a, [u8]>,
     crc: u32,
 }
 
@@ -76,15 +75,6 @@ impl<'a> BundleWriter<'a> {
         dtype: Dtype,
         data: Cow<'a, [u8]>,
     ) -> Result<&mut Self, FormatError> {
-        self.add_parts(name, dtype, vec![data])
-    }
-
-    fn add_parts(
-        &mut self,
-        name: &str,
-        dtype: Dtype,
-        parts: Vec<Cow<'a, [u8]>>,
-    ) -> Result<&mut Self, FormatError> {
         let index = self.sections.len();
         if let Some(reason) = name_problem(name.as_bytes()) {
             return Err(FormatError::BadName {
@@ -100,17 +90,13 @@ impl<'a> BundleWriter<'a> {
                 second: index,
             });
         }
-        let mut crc = crc32fast::Hasher::new();
-        for part in &parts {
-            crc.update(part);
-        }
+        let crc = crc32fast::hash(&data);
         self.by_name.insert(name.to_owned(), index);
         self.sections.push(Pending {
             name: name.to_owned(),
             dtype,
-            len: parts.iter().map(|p| p.len()).sum(),
-            parts,
-            crc: crc.finalize(),
+            data,
+            crc,
         });
         Ok(self)
     }
@@ -154,28 +140,6 @@ impl<'a> BundleWriter<'a> {
         self.add(name, Dtype::F32, Cow::Borrowed(le_bytes(data)))
     }
 
-    /// Adds a section of `u32` values given as consecutive parts (e.g. one per classifier), so
-    /// that they need not be copied into one array first.
-    pub fn add_u32_parts(
-        &mut self,
-        name: &str,
-        parts: impl IntoIterator<Item = &'a [u32]>,
-    ) -> Result<&mut Self, FormatError> {
-        let parts = parts.into_iter().map(|p| Cow::Borrowed(le_bytes(p)));
-        self.add_parts(name, Dtype::U32, parts.collect())
-    }
-
-    /// Adds a section of `f32` values given as consecutive parts, like
-    /// [`BundleWriter::add_u32_parts`].
-    pub fn add_f32_parts(
-        &mut self,
-        name: &str,
-        parts: impl IntoIterator<Item = &'a [f32]>,
-    ) -> Result<&mut Self, FormatError> {
-        let parts = parts.into_iter().map(|p| Cow::Borrowed(le_bytes(p)));
-        self.add_parts(name, Dtype::F32, parts.collect())
-    }
-
     /// Serializes `value` as compact JSON and adds it as a section.
     ///
     /// The bytes are deterministic as long as `value` serializes deterministically (a `HashMap`
@@ -204,7 +168,7 @@ impl<'a> BundleWriter<'a> {
         let mut offsets = Vec::with_capacity(self.sections.len());
         for s in &self.sections {
             offsets.push(pos);
-            pos = (s.len as u64)
+            pos = (s.data.len() as u64)
                 .checked_add(pos)
                 .and_then(align_up)
                 .ok_or(too_large("file size"))?;
@@ -226,7 +190,7 @@ impl<'a> BundleWriter<'a> {
                 dtype_tag: s.dtype.tag(),
                 crc: s.crc,
                 offset,
-                len: s.len as u64,
+                len: s.data.len() as u64,
                 reserved: 0,
             };
             table.extend_from_slice(&entry.encode());
@@ -241,10 +205,8 @@ impl<'a> BundleWriter<'a> {
         out.write_all(&table)?;
         const ZEROS: [u8; 64] = [0; 64];
         for s in &self.sections {
-            for part in &s.parts {
-                out.write_all(part)?;
-            }
-            let pad = (64 - s.len % 64) % 64;
+            out.write_all(&s.data)?;
+            let pad = (64 - s.data.len() % 64) % 64;
             out.write_all(&ZEROS[..pad])?;
         }
         out.write_all(&encode_footer(meta_crc.finalize()))
@@ -382,27 +344,6 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), w.to_bytes().unwrap());
         assert_eq!(len, std::fs::metadata(&path).unwrap().len());
         assert!(temp_files(dir.path()).is_empty());
-    }
-
-    #[test]
-    fn a_section_in_parts_is_the_bytes_of_the_whole_array() {
-        let (ids, vals) = ([1u32, 2, 3, 4, 5], [0.5f32, -1.0, 2.0]);
-        let mut whole = BundleWriter::new();
-        whole.add_u32("ids", &ids).unwrap();
-        whole.add_f32("vals", &vals).unwrap();
-        let mut parts = BundleWriter::new();
-        parts
-            .add_u32_parts("ids", [&ids[..2], &ids[2..2], &ids[2..]])
-            .unwrap();
-        parts
-            .add_f32_parts("vals", [&vals[..1], &vals[1..]])
-            .unwrap();
-        assert_eq!(parts.to_bytes().unwrap(), whole.to_bytes().unwrap());
-        let mut empty = BundleWriter::new();
-        empty.add_u32_parts("ids", []).unwrap();
-        let mut none = BundleWriter::new();
-        none.add_u32("ids", &[]).unwrap();
-        assert_eq!(empty.to_bytes().unwrap(), none.to_bytes().unwrap());
     }
 
     #[test]

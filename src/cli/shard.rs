@@ -215,10 +215,15 @@ fn shard(args: ShardArgs) -> anyhow::Result<()> {
         false,
     )?;
     let read_s = start.elapsed().as_secs_f64();
-    // The shard takes the data, and its memory goes before the file is written.
-    let mut shard = Shard::train(&plan, ds, index, args.of)?;
-    shard.meta.seconds.insert("read".into(), read_s);
+    // The shard takes the data, and its memory goes before the file is written. Its weights
+    // wait in a spill file beside the output.
     let out = PathBuf::from(args.out.replace("{index}", &index.to_string()));
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut shard = Shard::train(&plan, ds, index, args.of, dir)?;
+    shard.meta.seconds.insert("read".into(), read_s);
     let bytes = shard.write(&out)?;
     eprintln!(
         "wrote shard {index} of {} to {} ({bytes} bytes): {} classifiers in {:.2} s of training",

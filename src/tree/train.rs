@@ -75,15 +75,33 @@ pub(crate) fn local_positions(all: &[u32], subset: &[u32]) -> Vec<u32> {
     out
 }
 
-/// The positives of each output of `node`, as row positions within `rows`, the node's training
-/// points (sorted): a leaf's labels, or an internal node's children, whose points are `tfn[c]`.
+/// The points a node's classifiers read: its training points, and for an internal node each
+/// child's teacher-forced points (the positives of its outputs), all sorted.
+#[derive(Clone, Copy)]
+pub(crate) struct NodePoints<'a> {
+    /// The node's training points.
+    pub rows: &'a [u32],
+    /// Per child, in order, its points (empty for a leaf).
+    pub children: &'a [&'a [u32]],
+}
+
+/// The children's teacher-forced point lists of `node` in `tfn` ([`TreeLayout::points_per_node`]).
+fn children_points<'a>(layout: &TreeLayout, tfn: &'a [Vec<u32>], node: usize) -> Vec<&'a [u32]> {
+    if layout.is_leaf(node) {
+        return Vec::new();
+    }
+    layout.children(node).map(|c| tfn[c].as_slice()).collect()
+}
+
+/// The positives of each output of `node`, as row positions within `points.rows`, the node's
+/// training points: a leaf's labels, or an internal node's children's points.
 fn node_positives(
     layout: &TreeLayout,
     labels: &SparseMatrix,
     node: usize,
-    rows: &[u32],
-    tfn: &[Vec<u32>],
+    points: NodePoints<'_>,
 ) -> Vec<Vec<u32>> {
+    let rows = points.rows;
     if layout.is_leaf(node) {
         let own = layout.labels_of(node);
         let mut pos = vec![Vec::new(); own.len()];
@@ -96,9 +114,10 @@ fn node_positives(
         }
         pos
     } else {
-        layout
-            .children(node)
-            .map(|c| local_positions(rows, &tfn[c]))
+        points
+            .children
+            .iter()
+            .map(|c| local_positions(rows, c))
             .collect()
     }
 }
@@ -126,21 +145,20 @@ pub(crate) enum NodeFeatures<'a> {
     Packed(&'a PackedRows),
 }
 
-/// One node's classifiers over `rows` (sorted point ids) from the data's `labels` and
-/// `features`, in the original feature ids: all of them, or only the outputs `outputs`
-/// (increasing output numbers below the node's count).
-#[allow(clippy::too_many_arguments)]
+/// One node's classifiers over `points` from the data's `labels` and `features`, in the original
+/// feature ids: all of them, or only the outputs `outputs` (increasing output numbers below the
+/// node's count).
 fn train_node_on(
     labels: &SparseMatrix,
     features: NodeFeatures<'_>,
     layout: &TreeLayout,
     solver: &SolverParams,
     node: usize,
-    rows: &[u32],
-    tfn: &[Vec<u32>],
+    points: NodePoints<'_>,
     outputs: Option<&[u32]>,
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
-    let mut positives = node_positives(layout, labels, node, rows, tfn);
+    let rows = points.rows;
+    let mut positives = node_positives(layout, labels, node, points);
     let first_empty = positives.iter().position(Vec::is_empty).unwrap_or(0) as u64;
     if let Some(outputs) = outputs {
         positives = outputs
@@ -161,8 +179,8 @@ fn train_node_on(
 }
 
 /// The classifiers of the outputs `outputs` (increasing, each below the node's output count) of
-/// `node`, over its teacher-forced points `tfn` ([`TreeLayout::points_per_node`]) with the data's
-/// `labels` and `features`: each one the same as [`train_tree`] trains with
+/// `node`, over its teacher-forced points and its children's ([`TreeLayout::points_per_node`])
+/// with the data's `labels` and `features`: each one the same as [`train_tree`] trains with
 /// [`Negatives::TeacherForced`], so that processes can share a tree's nodes and outputs between
 /// them.
 pub(crate) fn train_node_outputs(
@@ -172,17 +190,15 @@ pub(crate) fn train_node_outputs(
     solver: &SolverParams,
     node: usize,
     outputs: &[u32],
-    tfn: &[Vec<u32>],
+    points: NodePoints<'_>,
 ) -> Result<Vec<LinearColumn>, TreeTrainError> {
-    let rows = &tfn[node];
     train_node_on(
         labels,
         features,
         layout,
         solver,
         node,
-        rows,
-        tfn,
+        points,
         Some(outputs),
     )
 }
@@ -217,8 +233,12 @@ pub fn train_tree(
             .into_par_iter()
             .map(|node| {
                 let x = NodeFeatures::Csr(&ds.features);
-                let cols =
-                    train_node_on(&ds.labels, x, layout, solver, node, &tfn[node], &tfn, None);
+                let children = children_points(layout, &tfn, node);
+                let points = NodePoints {
+                    rows: &tfn[node],
+                    children: &children,
+                };
+                let cols = train_node_on(&ds.labels, x, layout, solver, node, points, None);
                 on_node_done();
                 cols
             })
@@ -262,7 +282,12 @@ fn train_with_matcher(
             .map(|node| {
                 let rows = union_sorted(&tfn[node], reached[node].iter().map(|&(p, _)| p));
                 let x = NodeFeatures::Csr(&ds.features);
-                let cols = train_node_on(&ds.labels, x, layout, solver, node, &rows, tfn, None);
+                let children = children_points(layout, tfn, node);
+                let points = NodePoints {
+                    rows: &rows,
+                    children: &children,
+                };
+                let cols = train_node_on(&ds.labels, x, layout, solver, node, points, None);
                 on_node_done();
                 cols
             })

@@ -246,6 +246,9 @@ fn wrong_shards_are_refused() {
     let err = refused_shard(&plan, &train, 3, 3, &failed.join("s.xmcs"));
     assert!(err.contains("not below the shard count 3"), "{err}");
     assert_eq!(std::fs::read_dir(&failed).unwrap().count(), 0);
+    // A shard that has nowhere to keep its trained weights stops before it trains.
+    let err = refused_shard(&plan, &train, 0, 3, &d.join("none").join("s.xmcs"));
+    assert!(err.contains("none: cannot make a spill file"), "{err}");
 
     // What the shards cannot train the same way is refused at the plan.
     let err = refused(&[

@@ -17,14 +17,14 @@
 //! fails leaves nothing behind, and a damaged one is refused by its checksums.
 
 use super::{TrainError, TrainInputs, bp};
-use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions, Section};
+use crate::bundle::{Bundle, BundleWriter, FormatError, OpenOptions};
 use crate::config::{ModelKind, TrainConfig, TreeNegatives};
 use crate::data::{Dataset, LabelId};
-use crate::linear::{LinearColumn, PackedRows};
+use crate::linear::PackedRows;
 use crate::router::BpMeta;
 use crate::tree::layout::TreeLayout;
 use crate::tree::train::{
-    NodeFeatures, TrainedColumn, TreeTrainError, point_lists_read, train_node_outputs,
+    NodeFeatures, NodePoints, TreeTrainError, point_lists_read, train_node_outputs,
 };
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -32,12 +32,17 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
 
 mod cost;
+mod file;
 mod merge;
+mod spill;
+pub use file::{ColumnRef, ShardFile};
 pub use merge::merge;
+use spill::{Spill, SpilledNode};
 
 /// The `format` of a plan file.
 pub const PLAN_FORMAT: &str = "xmc-train-plan/1";
@@ -655,22 +660,30 @@ pub struct ShardMeta {
     pub seconds: BTreeMap<String, f64>,
 }
 
-/// A trained shard: its classifiers, each with its (tree, node, output).
-#[derive(Debug)]
+/// A trained shard: its classifiers, each with its (tree, node, output). Their weights wait in
+/// a spill file until the shard is written.
 pub struct Shard {
     /// The JSON section.
     pub meta: ShardMeta,
     /// Per classifier, (tree, node, output).
     pub ids: Vec<[u32; 3]>,
-    /// The classifiers.
-    pub columns: Vec<LinearColumn>,
+    /// The classifiers of each trained node, in `ids` order.
+    nodes: Vec<SpilledNode>,
+    spill: Spill,
 }
 
 impl Shard {
     /// Trains shard `index` of `of` of `plan` on `ds` (rows normalized as the plan's config says),
     /// which it takes: without BP its features are packed once, and the problems of nodes over
-    /// many of the points borrow those rows instead of copying them.
-    pub fn train(plan: &Plan, ds: Dataset, index: usize, of: usize) -> Result<Shard, ShardError> {
+    /// many of the points borrow those rows instead of copying them. Each node's weights go to
+    /// an unlinked spill file in `spill_dir` as soon as it is trained.
+    pub fn train(
+        plan: &Plan,
+        ds: Dataset,
+        index: usize,
+        of: usize,
+        spill_dir: &Path,
+    ) -> Result<Shard, ShardError> {
         if of == 0 || index >= of {
             return Err(ShardError::Shards(format!(
                 "shard index {index} is not below the shard count {of}"
@@ -705,8 +718,11 @@ impl Shard {
                 (Dataset { features, labels }, Some(store))
             }
         };
+        let spill = Spill::new_in(spill_dir)
+            .map_err(|e| file_err(spill_dir, format!("cannot make a spill file: {e}")))?;
+        let spill_err = |e: std::io::Error| file_err(spill_dir, format!("the spill file: {e}"));
         let mut ids = Vec::new();
-        let mut columns = Vec::new();
+        let mut nodes = Vec::new();
         for model in groups.chunk_by(|a, b| a.0.0 == b.0.0) {
             let t = model[0].0.0;
             let own = model_data(&ds, bp, t);
@@ -714,26 +730,41 @@ impl Shard {
             let layout = &plan.layouts[t];
             // Only the point lists this shard's nodes train on.
             let read = point_lists_read(layout, model.iter().map(|&((_, node), _)| node));
-            let tfn = layout.points_per_node_of(d, Some(&read));
+            let jobs = node_jobs(layout, model, layout.points_per_node_of(d, Some(&read)));
             let solver = crate::linear::SolverParams {
                 seed: model_seed(cfg, bp, t),
                 ..cfg.solver
             };
-            let trained: Vec<Vec<LinearColumn>> = model
-                .par_iter()
-                .map(|((_, node), outs)| {
+            let trained: Vec<SpilledNode> = jobs
+                .into_par_iter()
+                .map(|job| {
                     let features = match &store {
                         Some(store) => NodeFeatures::Packed(store),
                         None => NodeFeatures::Csr(&d.features),
                     };
-                    train_node_outputs(&d.labels, features, layout, &solver, *node, outs, &tfn)
-                        .map_err(|source| model_error(bp, t, source))
+                    let children: Vec<&[u32]> = job.children.iter().map(|c| &c[..]).collect();
+                    let points = NodePoints {
+                        rows: &job.rows,
+                        children: &children,
+                    };
+                    let node = job.node;
+                    let columns = train_node_outputs(
+                        &d.labels,
+                        features,
+                        layout,
+                        &solver,
+                        node,
+                        job.outputs,
+                        points,
+                    )
+                    .map_err(|source| model_error(bp, t, source))?;
+                    spill.put(columns).map_err(spill_err)
                 })
                 .collect::<Result<_, _>>()?;
-            for (((t, node), outs), cols) in model.iter().zip(trained) {
+            for ((t, node), outs) in model {
                 ids.extend(outs.iter().map(|&o| [*t as u32, *node as u32, o]));
-                columns.extend(cols);
             }
+            nodes.extend(trained);
         }
         let loads = plan.shard_costs(of);
         let meta = ShardMeta {
@@ -742,120 +773,89 @@ impl Shard {
             index,
             of,
             units: mine.len(),
-            columns: columns.len(),
+            columns: ids.len(),
             cost: loads[index],
             mean_cost: loads.iter().sum::<u64>() as f64 / of as f64,
             seconds: [("train".to_string(), start.elapsed().as_secs_f64())]
                 .into_iter()
                 .collect(),
         };
-        Ok(Shard { meta, ids, columns })
+        Ok(Shard {
+            meta,
+            ids,
+            nodes,
+            spill,
+        })
     }
 
-    /// Writes the shard atomically to `path`: a failed write leaves no file.
+    /// Writes the shard atomically to `path`, its weights read back from the spill: a failed
+    /// write leaves no file.
     pub fn write(&self, path: &Path) -> Result<u64, ShardError> {
         let ids: Vec<u32> = self.ids.iter().flatten().copied().collect();
-        let bias: Vec<f32> = self.columns.iter().map(|c| c.bias).collect();
+        let bias: Vec<f32> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.bias.iter().copied())
+            .collect();
         let mut starts = vec![0u64];
-        for c in &self.columns {
-            starts.push(starts[starts.len() - 1] + c.indices.len() as u64);
+        for &len in self.nodes.iter().flat_map(|n| &n.lens) {
+            starts.push(starts[starts.len() - 1] + len);
         }
-        // The weights go out column by column, not copied into one array first: a shard's
-        // columns are its share of the model, and a second copy would double it.
+        let (indices, values) = self
+            .spill
+            .read(&self.nodes)
+            .map_err(|e| file_err(path, format!("reading back the spill file: {e}")))?;
         let mut w = BundleWriter::new();
         w.add_json(SHARD, &self.meta)?;
         w.add_u32(COLUMNS, &ids)?;
         w.add_f32(BIAS, &bias)?;
         w.add_u64(STARTS, &starts)?;
-        w.add_u32_parts(INDICES, self.columns.iter().map(|c| c.indices.as_slice()))?;
-        w.add_f32_parts(VALUES, self.columns.iter().map(|c| c.values.as_slice()))?;
+        w.add_u32(INDICES, &indices)?;
+        w.add_f32(VALUES, &values)?;
         Ok(w.write_atomic(path)?)
     }
 }
 
-/// A shard file as the merge reads it: its classifiers stay in the file's memory map.
-pub struct ShardFile {
-    /// The JSON section.
-    pub meta: ShardMeta,
-    /// Per classifier, (tree, node, output).
-    pub ids: Vec<[u32; 3]>,
-    bias: Section<f32>,
-    starts: Section<u64>,
-    indices: Section<u32>,
-    values: Section<f32>,
+/// One node of a shard: the outputs it trains, and its training points and its children's.
+/// Each point list is shared by the nodes that read it and goes when the last of them is done,
+/// so a shard does not hold the lists of the nodes it has trained.
+struct NodeJob<'g> {
+    node: usize,
+    outputs: &'g [u32],
+    rows: Arc<[u32]>,
+    children: Vec<Arc<[u32]>>,
 }
 
-/// One classifier of a [`ShardFile`], borrowed from its memory map.
-pub struct ColumnRef<'a> {
-    bias: f32,
-    indices: &'a [u32],
-    values: &'a [f32],
-}
-
-impl TrainedColumn for ColumnRef<'_> {
-    fn bias(&self) -> f32 {
-        self.bias
-    }
-
-    fn weights(&self) -> (&[u32], &[f32]) {
-        (self.indices, self.values)
-    }
-}
-
-impl ShardFile {
-    /// Reads a shard file, checking its checksums and its structure (not yet against a plan).
-    pub fn read(path: &Path) -> Result<ShardFile, ShardError> {
-        let bad = |reason: String| file_err(path, format!("not a usable shard file: {reason}"));
-        let b = open_verified(path).map_err(|e| bad(e.to_string()))?;
-        let meta: ShardMeta = b.json(SHARD).map_err(|e| bad(e.to_string()))?;
-        if meta.format != SHARD_FORMAT {
-            return Err(bad(format!(
-                "format {:?}, expected {SHARD_FORMAT:?}",
-                meta.format
-            )));
-        }
-        let err = |e: FormatError| bad(e.to_string());
-        let ids = b.u32s(COLUMNS).map_err(err)?;
-        let bias = b.f32s(BIAS).map_err(err)?;
-        let starts = b.u64s(STARTS).map_err(err)?;
-        let indices = b.u32s(INDICES).map_err(err)?;
-        let values = b.f32s(VALUES).map_err(err)?;
-        let n = bias.as_slice().len();
-        let st = starts.as_slice();
-        if ids.as_slice().len() != 3 * n
-            || st.len() != n + 1
-            || st.first() != Some(&0)
-            || st.windows(2).any(|w| w[0] > w[1])
-            || st[n] != indices.as_slice().len() as u64
-            || indices.as_slice().len() != values.as_slice().len()
-        {
-            return Err(bad("its column arrays do not fit together".into()));
-        }
-        let ids = ids
-            .as_slice()
-            .chunks_exact(3)
-            .map(|c| [c[0], c[1], c[2]])
-            .collect();
-        Ok(ShardFile {
-            meta,
-            ids,
-            bias,
-            starts,
-            indices,
-            values,
+/// The jobs of one model's nodes `model` ((model, node), outputs), from the point lists `tfn`.
+fn node_jobs<'g>(
+    layout: &TreeLayout,
+    model: &'g [((usize, usize), Vec<u32>)],
+    tfn: Vec<Vec<u32>>,
+) -> Vec<NodeJob<'g>> {
+    let empty: Arc<[u32]> = Arc::from(Vec::new());
+    let lists: Vec<Arc<[u32]>> = tfn
+        .into_iter()
+        .map(|l| {
+            if l.is_empty() {
+                empty.clone()
+            } else {
+                Arc::from(l)
+            }
         })
-    }
-
-    /// Classifier `c` (below `ids.len()`).
-    pub fn column(&self, c: usize) -> ColumnRef<'_> {
-        let st = self.starts.as_slice();
-        let (a, z) = (st[c] as usize, st[c + 1] as usize);
-        ColumnRef {
-            bias: self.bias.as_slice()[c],
-            indices: &self.indices.as_slice()[a..z],
-            values: &self.values.as_slice()[a..z],
-        }
-    }
+        .collect();
+    model
+        .iter()
+        .map(|((_, node), outputs)| NodeJob {
+            node: *node,
+            outputs,
+            rows: lists[*node].clone(),
+            children: if layout.is_leaf(*node) {
+                Vec::new()
+            } else {
+                layout.children(*node).map(|c| lists[c].clone()).collect()
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]
