@@ -204,8 +204,14 @@ fn shard_index(given: Option<usize>) -> anyhow::Result<usize> {
         .with_context(|| format!("JOB_COMPLETION_INDEX = {raw:?} is not a shard index"))
 }
 
+/// Allocations of at least this many bytes come from maps of their own in a shard process
+/// (see [`crate::serve::heap::map_allocations_from`]): a node's problem arrays go back to the
+/// system when the node is done, rather than staying in the heap beside the next node's.
+const SHARD_MAP_FROM: usize = 4 << 20;
+
 fn shard(args: ShardArgs) -> anyhow::Result<()> {
     let start = Instant::now();
+    crate::serve::heap::map_allocations_from(SHARD_MAP_FROM);
     let index = shard_index(args.index)?;
     let plan = Plan::read(&args.plan)?;
     init_threads(&plan.meta.config);

@@ -179,6 +179,29 @@ fn malloc_trim() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn malloc_trim() {}
 
+/// Has the allocator serve every allocation of at least `bytes` from a map of its own, given
+/// back to the system when it is freed, and stop raising that bound on its own. glibc raises it
+/// up to 32 MiB once a large block is freed, and from then on keeps what smaller blocks a
+/// long computation frees between live ones; the shard trainer, which has a memory bound, sets
+/// it before its threads start. Whether the allocator took it (false where this build has no
+/// such setting).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn map_allocations_from(bytes: usize) -> bool {
+    let Ok(bytes) = i32::try_from(bytes) else {
+        return false;
+    };
+    // SAFETY: `mallopt` takes two integers and changes only glibc's own tunables, under its
+    // lock; no memory is passed or returned.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+}
+
+/// [`map_allocations_from`] where this build has no such setting.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn map_allocations_from(_bytes: usize) -> bool {
+    false
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn allocator_in_use() -> u64 {
