@@ -85,11 +85,9 @@ pub(crate) struct NodePoints<'a> {
     pub children: &'a [&'a [u32]],
 }
 
-/// The children's teacher-forced point lists of `node` in `tfn` ([`TreeLayout::points_per_node`]).
+/// The children's teacher-forced point lists of `node` in `tfn` ([`TreeLayout::points_per_node`]);
+/// none for a leaf.
 fn children_points<'a>(layout: &TreeLayout, tfn: &'a [Vec<u32>], node: usize) -> Vec<&'a [u32]> {
-    if layout.is_leaf(node) {
-        return Vec::new();
-    }
     layout.children(node).map(|c| tfn[c].as_slice()).collect()
 }
 

@@ -747,13 +747,12 @@ impl Shard {
                         rows: &job.rows,
                         children: &children,
                     };
-                    let node = job.node;
                     let columns = train_node_outputs(
                         &d.labels,
                         features,
                         layout,
                         &solver,
-                        node,
+                        job.node,
                         job.outputs,
                         points,
                     )
@@ -832,28 +831,15 @@ fn node_jobs<'g>(
     model: &'g [((usize, usize), Vec<u32>)],
     tfn: Vec<Vec<u32>>,
 ) -> Vec<NodeJob<'g>> {
-    let empty: Arc<[u32]> = Arc::from(Vec::new());
-    let lists: Vec<Arc<[u32]>> = tfn
-        .into_iter()
-        .map(|l| {
-            if l.is_empty() {
-                empty.clone()
-            } else {
-                Arc::from(l)
-            }
-        })
-        .collect();
+    let lists: Vec<Arc<[u32]>> = tfn.into_iter().map(Arc::from).collect();
     model
         .iter()
         .map(|((_, node), outputs)| NodeJob {
             node: *node,
             outputs,
             rows: lists[*node].clone(),
-            children: if layout.is_leaf(*node) {
-                Vec::new()
-            } else {
-                layout.children(*node).map(|c| lists[c].clone()).collect()
-            },
+            // A leaf has no children.
+            children: layout.children(*node).map(|c| lists[c].clone()).collect(),
         })
         .collect()
 }
