@@ -141,7 +141,8 @@ fn assert_same_predictions(dir: &Path, a: &Path, b: &Path) {
 }
 
 /// Plan, 4 shard processes and merge give `xmc train`'s bundle, for a flat model, T = 1 and
-/// T = 3 trees, and BP (blocks of trees, and flat blocks).
+/// T = 3 trees, a λ-weighted tree of branching 4 with bfloat16 weights, and BP (blocks of
+/// trees, and flat blocks).
 #[test]
 fn merged_shards_are_the_model_train_writes() {
     let train = vendored("Bibtex", "train");
@@ -150,6 +151,7 @@ fn merged_shards_are_the_model_train_writes() {
         &["model=flat"][..],
         &["max_leaf=16"][..],
         &["max_leaf=16", "trees=3"][..],
+        &["max_leaf=16", "lambda=1", "branching=4", "weights=bf16"][..],
         &["bp=true", "bp_lambda=0.3", "max_leaf=16"][..],
         &["bp=true", "block_model=flat", "bp_lambda=1", "bp_q_max=4"][..],
     ] {
