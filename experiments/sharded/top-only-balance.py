@@ -13,25 +13,11 @@ least loaded of SHARDS shards, as `xmc train shard` assigns them. Prints, per ST
 count, the largest stub against the mean shard, and the slowest / mean shard.
 """
 import heapq
-import struct
+import os
 import sys
 
-DTYPES = {2: ("I", 4), 3: ("Q", 8), 4: ("f", 4), 6: ("B", 1), 7: ("H", 2)}
-
-
-def sections(path):
-    """The typed sections of a bundle file (layout: src/bundle/mod.rs), as tuples."""
-    data = open(path, "rb").read()
-    (count,) = struct.unpack_from("<I", data, 16)
-    out = {}
-    for i in range(count):
-        entry = 64 + 64 * i
-        name = data[entry : entry + 32].rstrip(b"\0").decode()
-        tag, _crc, offset, length = struct.unpack_from("<IIQQ", data, entry + 32)
-        if tag in DTYPES:
-            code, size = DTYPES[tag]
-            out[name] = struct.unpack_from(f"<{length // size}{code}", data, offset)
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bundle_sections import sections  # noqa: E402
 
 
 def main():
