@@ -85,12 +85,6 @@ pub(crate) struct NodePoints<'a> {
     pub children: &'a [&'a [u32]],
 }
 
-/// The children's teacher-forced point lists of `node` in `tfn` ([`TreeLayout::points_per_node`]);
-/// none for a leaf.
-fn children_points<'a>(layout: &TreeLayout, tfn: &'a [Vec<u32>], node: usize) -> Vec<&'a [u32]> {
-    layout.children(node).map(|c| tfn[c].as_slice()).collect()
-}
-
 /// The positives of each output of `node`, as row positions within `points.rows`, the node's
 /// training points: a leaf's labels, or an internal node's children's points.
 fn node_positives(
@@ -176,6 +170,25 @@ fn train_node_on(
     .map_err(|source| TreeTrainError::Solver { node, source })
 }
 
+/// Every classifier of `node` over `rows`, in one process: its children's points are their
+/// teacher-forced lists in `tfn` ([`TreeLayout::points_per_node`]), the features `ds`'s rows.
+fn train_whole_node(
+    ds: &Dataset,
+    layout: &TreeLayout,
+    solver: &SolverParams,
+    node: usize,
+    rows: &[u32],
+    tfn: &[Vec<u32>],
+) -> Result<Vec<LinearColumn>, TreeTrainError> {
+    let children: Vec<&[u32]> = layout.children(node).map(|c| tfn[c].as_slice()).collect();
+    let points = NodePoints {
+        rows,
+        children: &children,
+    };
+    let x = NodeFeatures::Csr(&ds.features);
+    train_node_on(&ds.labels, x, layout, solver, node, points, None)
+}
+
 /// The classifiers of the outputs `outputs` (increasing, each below the node's output count) of
 /// `node`, over its teacher-forced points and its children's ([`TreeLayout::points_per_node`])
 /// with the data's `labels` and `features`: each one the same as [`train_tree`] trains with
@@ -230,13 +243,7 @@ pub fn train_tree(
         Negatives::TeacherForced => (0..layout.n_nodes())
             .into_par_iter()
             .map(|node| {
-                let x = NodeFeatures::Csr(&ds.features);
-                let children = children_points(layout, &tfn, node);
-                let points = NodePoints {
-                    rows: &tfn[node],
-                    children: &children,
-                };
-                let cols = train_node_on(&ds.labels, x, layout, solver, node, points, None);
+                let cols = train_whole_node(ds, layout, solver, node, &tfn[node], &tfn);
                 on_node_done();
                 cols
             })
@@ -279,13 +286,7 @@ fn train_with_matcher(
             .into_par_iter()
             .map(|node| {
                 let rows = union_sorted(&tfn[node], reached[node].iter().map(|&(p, _)| p));
-                let x = NodeFeatures::Csr(&ds.features);
-                let children = children_points(layout, tfn, node);
-                let points = NodePoints {
-                    rows: &rows,
-                    children: &children,
-                };
-                let cols = train_node_on(&ds.labels, x, layout, solver, node, points, None);
+                let cols = train_whole_node(ds, layout, solver, node, &rows, tfn);
                 on_node_done();
                 cols
             })
